@@ -94,7 +94,9 @@ def parse_request(message: Any) -> Request:
         allowed |= {"device", "names"}
     extra = set(message) - allowed
     if extra:
-        raise ProtocolError(f"unexpected field(s) for '{kind}': {', '.join(sorted(map(str, extra)))}")
+        raise ProtocolError(
+            f"unexpected field(s) for '{kind}': {', '.join(sorted(map(str, extra)))}"
+        )
     if kind != "move":
         return Request(type=kind, request_id=request_id)
 
@@ -190,3 +192,33 @@ def check_snapshot(snapshot: Any) -> None:
     for entry in snapshot["targets"]:
         if set(entry) != {"device", "enabled", "reason"}:
             raise ProtocolError("target entries have exactly device, enabled, reason")
+
+
+def snapshot(
+    inventory: Any,
+    *,
+    seq: int = 0,
+    targets: list[dict[str, Any]] | None = None,
+    default_target: str | None = None,
+    can_undo: bool = False,
+    last_action: dict[str, Any] | None = None,
+    row_limit: int = DEFAULT_ROW_LIMIT,
+) -> dict[str, Any]:
+    """The snapshot message for an Inventory (rows biggest first, capped at ``row_limit``)."""
+    records = inventory.records
+    ordered = sorted(records, key=lambda r: (-max(r.bytes, r.would_need_bytes), r.name))
+    return envelope(
+        "snapshot",
+        seq=seq,
+        torch_imported=bool(inventory.torch_imported),
+        devices=[total.to_dict() for total in inventory.device_totals()]
+        if inventory.torch_imported
+        else [],
+        targets=targets or [],
+        default_target=default_target,
+        warnings=inventory.mixed_warnings() if inventory.torch_imported else [],
+        rows=[record.to_dict() for record in ordered[:row_limit]],
+        total_rows=len(records),
+        can_undo=can_undo,
+        last_action=last_action,
+    )

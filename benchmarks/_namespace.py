@@ -1,0 +1,70 @@
+"""The namespace the issue's benchmarks measure, and the floor loop they are compared to."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def build_namespace() -> dict[str, Any]:
+    """2,000 tensors of 64x64 float32, a 24-layer TransformerEncoder (d_model 256, 8 heads,
+    feedforward 512) with Adam after one step, a dict batch of two tensors, a list of 100
+    tensors and 200 ints."""
+    torch.manual_seed(0)
+    namespace: dict[str, Any] = {f"t{i}": torch.randn(64, 64) for i in range(2000)}
+    layer = torch.nn.TransformerEncoderLayer(
+        d_model=256, nhead=8, dim_feedforward=512, batch_first=True
+    )
+    model = torch.nn.TransformerEncoder(layer, num_layers=24, enable_nested_tensor=False)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.randn(2, 8, 256)).sum().backward()
+    optimizer.step()
+    namespace.update(
+        model=model,
+        optimizer=optimizer,
+        batch={"x": torch.randn(32, 256), "y": torch.randint(0, 10, (32,))},
+        tensors=[torch.randn(16, 16) for _ in range(100)],
+    )
+    namespace.update({f"n{i}": i for i in range(200)})
+    return namespace
+
+
+def floor_scan(namespace: dict[str, Any]) -> set[tuple[int, int]]:
+    """The floor: visit each value; for each tensor (also inside a top-level list/dict) or
+    module parameter/buffer, read untyped_storage() data_ptr() and nbytes() into a set."""
+    seen: set[tuple[int, int]] = set()
+    add = seen.add
+    tensor_type = torch.Tensor
+    module_type = torch.nn.Module
+    for value in namespace.values():
+        if isinstance(value, tensor_type):
+            storage = value.untyped_storage()
+            add((storage.data_ptr(), storage.nbytes()))
+        elif isinstance(value, module_type):
+            for tensor in value.parameters():
+                storage = tensor.untyped_storage()
+                add((storage.data_ptr(), storage.nbytes()))
+            for tensor in value.buffers():
+                storage = tensor.untyped_storage()
+                add((storage.data_ptr(), storage.nbytes()))
+        elif isinstance(value, (list, tuple, dict)):
+            for item in value.values() if isinstance(value, dict) else value:
+                if isinstance(item, tensor_type):
+                    storage = item.untyped_storage()
+                    add((storage.data_ptr(), storage.nbytes()))
+    return seen
+
+
+def median_seconds(function: Callable[[], object], repeats: int = 31, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        function()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        samples.append(time.perf_counter() - start)
+    samples.sort()
+    return samples[len(samples) // 2]
