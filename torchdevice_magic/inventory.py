@@ -22,8 +22,8 @@ import sys
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, compress
+from operator import attrgetter, ne
 from types import MappingProxyType
 from typing import Any
 
@@ -175,7 +175,10 @@ class _Entry:
 class _Torch:
     """The few torch objects the scan needs, looked up once per scan (torch already imported)."""
 
-    __slots__ = ("torch", "Tensor", "Parameter", "Module", "Optimizer", "dtype_names", "grad")
+    __slots__ = (
+        "torch", "Tensor", "Parameter", "Module", "Optimizer", "UntypedStorage", "dtype_names",
+        "grad",
+    )  # fmt: skip
 
     _device_names: dict[Any, str] = {}
 
@@ -185,6 +188,7 @@ class _Torch:
         self.Parameter = torch.nn.Parameter
         self.Module = torch.nn.Module
         self.Optimizer = torch.optim.Optimizer
+        self.UntypedStorage = torch.UntypedStorage
         self.dtype_names: dict[Any, str] = {}
         self.grad = attrgetter("grad")
 
@@ -254,16 +258,54 @@ def _storage_facts_unusual(tensor: Any, device: str, into: dict[tuple, tuple[str
     return nbytes
 
 
+_get_device = attrgetter("device")
+_get_dtype = attrgetter("dtype")
+_get_shape = attrgetter("shape")
+_get_requires_grad = attrgetter("requires_grad")
+_get_grad = attrgetter("grad")
+
+
+def _device_names_of(T: _Torch, tensors: list[Any]) -> list[str]:
+    devices = list(map(_get_device, tensors))
+    try:
+        return list(map(T._device_names.__getitem__, devices))
+    except KeyError:
+        return [T.device_name(device) for device in devices]
+
+
+def _read_storages(
+    T: _Torch, tensors: list[Any], devices: list[str], into: dict[tuple, tuple[str, int]]
+) -> list[int]:
+    """Each tensor's storage bytes, with its key added to ``into``.
+
+    Column-wise (``map`` over unbound methods) so the loop runs in C: this is the scan's hot
+    path. Any tensor without a plain storage sends the whole batch down the careful path.
+    """
+    try:
+        storages = list(map(T.Tensor.untyped_storage, tensors))
+        pointers = list(map(T.UntypedStorage.data_ptr, storages))
+        sizes = list(map(T.UntypedStorage.nbytes, storages))
+    except Exception:
+        return [_storage_facts(t, d, into) for t, d in zip(tensors, devices, strict=True)]
+    keys = list(zip(devices, pointers, strict=True))
+    if 0 in pointers:  # meta and empty storages have no data pointer
+        for index, pointer in enumerate(pointers):
+            if not pointer:
+                keys[index] = (devices[index], "impl", storages[index]._cdata)
+    into.update(zip(keys, zip(devices, sizes, strict=True), strict=True))
+    return sizes
+
+
 def _special_note(tensor: Any, tp: type) -> str:
     """A short note for layouts and subclasses that behave differently from plain tensors."""
     try:
+        if tp.__name__ == "FunctionalTensor" or "Fake" in tp.__name__:
+            return "fake tensor (no data)"
         if tp.__name__ == "DTensor":
             placements = getattr(tensor, "placements", ())
             return "DTensor local shard; placements " + ", ".join(
                 type(p).__name__ + _placement_dim(p) for p in placements
             )
-        if tp.__name__ == "FakeTensor":
-            return "fake tensor (no data)"
         layout = tensor.layout
         if str(layout) != "torch.strided":
             return str(layout).removeprefix("torch.")
@@ -293,14 +335,14 @@ def _dtensor_local(tensor: Any) -> Any:
 def _tensor_record(
     T: _Torch, tensor: Any, tp: type, name: str, root: str, storages: dict
 ) -> Record:
+    """The careful path: any tensor, whatever its layout or subclass."""
     device = T.device_name(tensor.device)
-    note = ""
-    measured = tensor
-    if tp is not T.Tensor and tp is not T.Parameter:
-        note = _special_note(tensor, tp)
-        if tp.__name__ == "DTensor":
-            measured = _dtensor_local(tensor)
-    needed = _storage_facts(measured, device, storages)
+    note = _special_note(tensor, tp)
+    measured = _dtensor_local(tensor) if tp.__name__ == "DTensor" else tensor
+    if note == "fake tensor (no data)":
+        needed = _storage_facts_unusual(measured, device, storages)
+    else:
+        needed = _storage_facts(measured, device, storages)
     grad_bytes = 0
     requires_grad = tensor.requires_grad
     if requires_grad:
@@ -347,74 +389,91 @@ def _submodules(module: Any) -> list[Any]:
     return found
 
 
+_params_of = attrgetter("_parameters")
+_buffers_of = attrgetter("_buffers")
+_children_of = attrgetter("_modules")
+
+
+def _is_not_none(value: Any) -> bool:
+    return value is not None
+
+
 def _module_tensors(submodules: list[Any]) -> tuple[list[Any], list[Any]]:
-    params: list[Any] = []
-    buffers: list[Any] = []
-    for sub in submodules:
-        params.extend(sub._parameters.values())
-        buffers.extend(sub._buffers.values())
+    params = list(chain.from_iterable(map(dict.values, map(_params_of, submodules))))
+    buffers = list(chain.from_iterable(map(dict.values, map(_buffers_of, submodules))))
     return params, buffers
 
 
-def _module_signature(T: _Torch, refs: list[Any]) -> tuple | None:
-    """What changes when a module moves, gains or drops gradients, or swaps a child/parameter."""
-    submodules = []
-    for ref in refs:
-        sub = ref()
-        if sub is None:
-            return None
-        submodules.append(sub)
-    children = list(chain.from_iterable(sub._modules.values() for sub in submodules))
-    params, buffers = _module_tensors(submodules)
-    tensors = [t for t in chain(params, buffers) if t is not None]
-    data_ptr = T.Tensor.data_ptr
+def _module_signature(T: _Torch, submodules: list[Any]) -> tuple:
+    """What changes when a module moves, gains or drops gradients, or swaps a child/parameter.
+
+    Built with ``map``/``chain`` over C-level getters: the hook computes this after every cell.
+    """
+    children = chain.from_iterable(map(dict.values, map(_children_of, submodules)))
+    tensors = list(
+        filter(
+            _is_not_none,
+            chain(
+                chain.from_iterable(map(dict.values, map(_params_of, submodules))),
+                chain.from_iterable(map(dict.values, map(_buffers_of, submodules))),
+            ),
+        )
+    )
     return (
         tuple(map(id, children)),
         tuple(map(id, tensors)),
-        tuple(map(data_ptr, tensors)),
-        tuple(map(id, map(T.grad, tensors))),
+        tuple(map(T.Tensor.data_ptr, tensors)),
+        tuple(map(id, map(_get_grad, tensors))),
     )
+
+
+def _live_submodules(refs: list[Any]) -> list[Any] | None:
+    submodules = list(map(weakref.ref.__call__, refs))
+    return None if None in submodules else submodules
+
+
+def _sum_by_device(devices: list[str], sizes: list[int]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for device, size in zip(devices, sizes, strict=True):
+        totals[device] = totals.get(device, 0) + (0 if device == "meta" else size)
+    return totals
 
 
 def _module_entry(T: _Torch, module: Any, name: str) -> _Entry:
     storages: dict[tuple, tuple[str, int]] = {}
     submodules = _submodules(module)
     params, buffers = _module_tensors(submodules)
-    param_bytes: dict[str, int] = {}
-    buffer_bytes: dict[str, int] = {}
+    # tied weights appear twice; each tensor counts once
+    params = list({id(p): p for p in params if p is not None}.values())
+    buffers = list({id(b): b for b in buffers if b is not None}.values())
+    param_devices = _device_names_of(T, params)
+    buffer_devices = _device_names_of(T, buffers)
+    param_bytes = _sum_by_device(param_devices, _read_storages(T, params, param_devices, storages))
+    buffer_bytes = _sum_by_device(
+        buffer_devices, _read_storages(T, buffers, buffer_devices, storages)
+    )
+    grads = [g for g in map(_get_grad, params) if g is not None]
+    grad_devices = _device_names_of(T, grads)
+    grad_sizes = _read_storages(T, grads, grad_devices, storages)
     grad_bytes: dict[str, int] = {}
-    seen_params: set[int] = set()
-    param_count = 0
-    meta_params = False
-    for group, sizes in ((params, param_bytes), (buffers, buffer_bytes)):
-        for tensor in group:
-            if tensor is None or id(tensor) in seen_params:
-                continue  # tied weights appear twice; count them once
-            seen_params.add(id(tensor))
-            device = T.device_name(tensor.device)
-            needed = _storage_facts(tensor, device, storages)
-            sizes[device] = sizes.get(device, 0) + (0 if device == "meta" else needed)
-            if group is params:
-                param_count += tensor.numel()
-                meta_params = meta_params or device == "meta"
-                grad = tensor.grad
-                if grad is not None:
-                    grad_device = T.device_name(grad.device)
-                    grad_needed = _storage_facts(grad, grad_device, storages)
-                    grad_bytes[grad_device] = grad_bytes.get(grad_device, 0) + grad_needed
+    for device, size in zip(grad_devices, grad_sizes, strict=True):
+        grad_bytes[device] = grad_bytes.get(device, 0) + size
+    param_count = sum(map(T.Tensor.numel, params))
+    meta_params = "meta" in param_devices
     by_device = _bytes_by_device(storages)
-    devices = tuple(sorted(set(param_bytes) | set(buffer_bytes), key=device_sort_key))
+    devices = tuple(sorted(set(param_devices) | set(buffer_devices), key=device_sort_key))
     mixed = len(devices) > 1
     note = f"spans {', '.join(devices)}" if mixed else ""
     if meta_params:
         note = (note + "; " if note else "") + "meta parameters (no data)"
+    dtypes = set(map(_get_dtype, chain(params, buffers)))
     record = Record(
         name,
         name,
         "module",
         type(module).__name__,
         devices,
-        _common_dtype(T, chain(params, buffers)),
+        T.dtype_name(dtypes.pop()) if len(dtypes) == 1 else ("mixed" if dtypes else None),
         None,
         param_count,
         sum(by_device.values()),
@@ -431,14 +490,7 @@ def _module_entry(T: _Torch, module: Any, name: str) -> _Entry:
         grad_bytes_by_device=grad_bytes,
     )
     refs = [weakref.ref(sub) for sub in submodules]
-    return _Entry(id(module), [record], storages, _module_signature(T, refs), refs, True)
-
-
-def _common_dtype(T: _Torch, tensors: Iterable[Any]) -> str | None:
-    dtypes = {t.dtype for t in tensors if t is not None}
-    if len(dtypes) == 1:
-        return T.dtype_name(dtypes.pop())
-    return "mixed" if dtypes else None
+    return _Entry(id(module), [record], storages, _module_signature(T, submodules), refs, True)
 
 
 def _optimizer_params(optimizer: Any) -> list[Any]:
@@ -458,37 +510,40 @@ def _optimizer_signature(T: _Torch, optimizer: Any) -> tuple:
 
 def _optimizer_entry(T: _Torch, optimizer: Any, name: str) -> _Entry:
     storages: dict[tuple, tuple[str, int]] = {}
-    state_bytes: dict[str, int] = {}
-    param_devices: set[str] = set()
-    misplaced = 0
     tensor_type = T.Tensor
-    for param in _optimizer_params(optimizer):
-        if isinstance(param, tensor_type):
-            param_devices.add(T.device_name(param.device))
+    params = [p for p in _optimizer_params(optimizer) if isinstance(p, tensor_type)]
+    param_device = dict(zip(map(id, params), _device_names_of(T, params), strict=True))
+    state_tensors: list[Any] = []
+    owners: list[int] = []
     for param, state in optimizer.state.items():
-        param_device = T.device_name(param.device) if isinstance(param, tensor_type) else None
         if not isinstance(state, dict):
             continue
         for value in state.values():
-            if not isinstance(value, tensor_type):
-                continue
-            device = T.device_name(value.device)
-            needed = _storage_facts(value, device, storages)
-            state_bytes[device] = state_bytes.get(device, 0) + (0 if device == "meta" else needed)
-            # torch keeps 0-dim ``step`` counters on the CPU on purpose; only real state counts.
-            if param_device is not None and device != param_device and value.dim() > 0:
-                misplaced += 1
-    devices = tuple(sorted(state_bytes, key=device_sort_key))
+            if isinstance(value, tensor_type):
+                state_tensors.append(value)
+                owners.append(id(param))
+    devices = _device_names_of(T, state_tensors)
+    state_bytes = _sum_by_device(devices, _read_storages(T, state_tensors, devices, storages))
+    misplaced = 0
+    for device, owner, value in zip(devices, owners, state_tensors, strict=True):
+        # torch keeps 0-dim ``step`` counters on the CPU on purpose; only real state counts.
+        if device != param_device.get(owner, device) and value.dim() > 0:
+            misplaced += 1
     by_device = _bytes_by_device(storages)
+    devices_present = tuple(sorted(state_bytes, key=device_sort_key))
+    parameter_devices = tuple(sorted(set(param_device.values()), key=device_sort_key))
     note = ""
     if misplaced:
-        note = f"state on {', '.join(devices)} but parameters on {', '.join(sorted(param_devices))}"
+        note = (
+            f"state on {', '.join(devices_present)} but parameters on "
+            f"{', '.join(parameter_devices)}"
+        )
     record = Record(
         name,
         name,
         "optimizer",
         type(optimizer).__name__,
-        devices,
+        devices_present,
         None,
         None,
         len(optimizer.state),
@@ -498,7 +553,7 @@ def _optimizer_entry(T: _Torch, optimizer: Any, name: str) -> _Entry:
         mixed=bool(misplaced),
         note=note,
         state_bytes=state_bytes,
-        param_devices=tuple(sorted(param_devices, key=device_sort_key)),
+        param_devices=parameter_devices,
     )
     return _Entry(
         id(optimizer),
@@ -581,63 +636,103 @@ def _container_entry(T: _Torch, value: Any, name: str) -> _Entry | None:
     if not walk.leaves and not walk.truncated:
         return None
     storages: dict[tuple, tuple[str, int]] = {}
+    aggregate = len(walk.leaves) > AGGREGATE_ABOVE or walk.truncated
     records: list[Record] = []
     record_keys: list[Iterable[tuple]] = []
-    aggregate = len(walk.leaves) > AGGREGATE_ABOVE or walk.truncated
+    summary = _ContainerSummary()
     for path, item in walk.leaves:
         item_type = type(item)
-        if issubclass(item_type, T.Module):
+        facts = None
+        if item_type is T.Tensor or item_type is T.Parameter:
+            facts = _plain_tensor_facts(T, item, item_type)
+        if facts is not None:
+            own = _facts_storages(facts)
+            if aggregate:
+                summary.add_facts(T, facts)
+                storages.update(own)
+                continue
+            record = _facts_record(T, path, facts, root=name)
+        elif issubclass(item_type, T.Module):
             entry = _module_entry(T, item, path)
-            record = entry.records[0]
+            record, own = entry.records[0], entry.storages
             record.root = name
-            own = entry.storages
         else:
             own = {}
             record = _tensor_record(T, item, item_type, path, name, own)
         storages.update(own)
-        records.append(record)
-        record_keys.append(tuple(own))
+        if aggregate:
+            summary.add_record(record)
+        else:
+            records.append(record)
+            record_keys.append(tuple(own))
     if aggregate:
-        entry = _Entry(
-            id(value), [_aggregate_record(T, value, name, records, storages, walk)], storages
-        )
-    else:
-        entry = _Entry(id(value), records, storages)
-        entry.record_keys = record_keys
+        return _Entry(id(value), [summary.record(value, name, storages, walk)], storages)
+    entry = _Entry(id(value), records, storages)
+    entry.record_keys = record_keys
     return entry
 
 
-def _aggregate_record(
-    T: _Torch, value: Any, name: str, parts: list[Record], storages: dict, walk: _ContainerWalk
-) -> Record:
-    by_device = _bytes_by_device(storages)
-    devices = tuple(sorted({d for r in parts for d in r.devices}, key=device_sort_key))
-    dtypes = {r.dtype for r in parts}
-    kinds = {r.type for r in parts}
-    element_type = kinds.pop() if len(kinds) == 1 else "mixed"
-    note = f"{len(parts):,} {element_type} objects"
-    if walk.truncated:
-        note += f"; stopped after {CONTAINER_ELEMENT_CAP:,} elements, the rest is not counted"
-    return Record(
-        name,
-        name,
-        "container",
-        f"{type(value).__name__}[{element_type}]",
-        devices,
-        dtypes.pop() if len(dtypes) == 1 else "mixed",
-        None,
-        sum(r.numel for r in parts),
-        sum(by_device.values()),
-        sum(nbytes for _, nbytes in storages.values()),
-        any(r.requires_grad for r in parts),
-        sum(r.grad_bytes for r in parts),
-        by_device,
-        mixed=len(devices) > 1,
-        note=note,
-        movable=not any(not r.movable for r in parts),
-        element_count=len(parts),
-        truncated=walk.truncated,
-    )
+class _ContainerSummary:
+    """What one aggregated record says about the thousands of objects in a container."""
+
+    __slots__ = ("count", "types", "dtypes", "numel", "requires_grad", "grad_bytes", "movable")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.types: set[str] = set()
+        self.dtypes: set[str] = set()
+        self.numel = 0
+        self.requires_grad = False
+        self.grad_bytes = 0
+        self.movable = True
+
+    def add_facts(self, T: _Torch, facts: tuple) -> None:
+        self.count += 1
+        self.types.add(facts[1].__name__)
+        self.dtypes.add(T.dtype_name(facts[3]))
+        self.numel += facts[4].numel()
+        if facts[5]:
+            self.requires_grad = True
+            if facts[8] is not None:
+                self.grad_bytes += facts[8][1][1]
+        self.movable = self.movable and facts[2] != "meta"
+
+    def add_record(self, record: Record) -> None:
+        self.count += 1
+        self.types.add(record.type)
+        self.dtypes.add(record.dtype or "?")
+        self.numel += record.numel
+        self.requires_grad = self.requires_grad or record.requires_grad
+        self.grad_bytes += record.grad_bytes
+        self.movable = self.movable and record.movable
+
+    def record(self, value: Any, name: str, storages: dict, walk: _ContainerWalk) -> Record:
+        by_device = _bytes_by_device(storages)
+        devices = tuple(sorted(by_device, key=device_sort_key))
+        element_type = next(iter(self.types)) if len(self.types) == 1 else "mixed"
+        note = f"{self.count:,} {element_type} objects"
+        if walk.truncated:
+            note += f"; stopped after {CONTAINER_ELEMENT_CAP:,} elements, the rest is not counted"
+        return Record(
+            name,
+            name,
+            "container",
+            f"{type(value).__name__}[{element_type}]",
+            devices,
+            next(iter(self.dtypes)) if len(self.dtypes) == 1 else "mixed",
+            None,
+            self.numel,
+            sum(by_device.values()),
+            sum(nbytes for _, nbytes in storages.values()),
+            self.requires_grad,
+            self.grad_bytes,
+            by_device,
+            mixed=len(devices) > 1,
+            note=note,
+            movable=self.movable,
+            element_count=self.count,
+            truncated=walk.truncated,
+        )
 
 
 def _bytes_by_device(storages: Mapping[tuple, tuple[str, int]]) -> dict[str, int]:
@@ -694,6 +789,60 @@ def _plain_tensor_facts(T: _Torch, tensor: Any, tp: type) -> tuple | None:
         return None
 
 
+def _batch_tensor_facts(
+    T: _Torch, names: list[str], tensors: list[Any], into: dict[str, Any]
+) -> list[str]:
+    """:func:`_plain_tensor_facts` for many tensors at once, column-wise (the full scan's hot
+    path); falls back to one at a time if any of them needs the careful path. Returns the
+    names to look at again in every rescan (grad-carrying tensors and Parameters)."""
+    try:
+        devices = _device_names_of(T, tensors)
+        storages = list(map(T.Tensor.untyped_storage, tensors))
+        pointers = list(map(T.UntypedStorage.data_ptr, storages))
+        if 0 in pointers:
+            raise ValueError("storages without data pointers")
+        sizes = list(map(T.UntypedStorage.nbytes, storages))
+        requires_grad = list(map(_get_requires_grad, tensors))
+        grads: list[Any] = [None] * len(tensors)
+        if True in requires_grad:
+            for index, flag in enumerate(requires_grad):
+                if flag:
+                    grads[index] = _plain_tensor_facts(T, tensors[index], T.Tensor)[8]
+        into.update(
+            zip(
+                names,
+                zip(
+                    map(id, tensors),
+                    map(type, tensors),
+                    devices,
+                    map(_get_dtype, tensors),
+                    map(_get_shape, tensors),
+                    requires_grad,
+                    zip(devices, pointers, strict=True),
+                    sizes,
+                    grads,
+                    strict=True,
+                ),
+                strict=True,
+            )
+        )
+        volatile = list(compress(names, requires_grad))
+        if T.Parameter in set(map(type, tensors)):
+            volatile += [n for n, t in zip(names, tensors, strict=True) if type(t) is T.Parameter]
+        return volatile
+    except Exception:
+        volatile = []
+        for name, tensor in zip(names, tensors, strict=True):
+            entry = _inspect(T, name, tensor)
+            if entry is None:
+                into.pop(name, None)
+                continue
+            into[name] = entry
+            if _entry_volatile(entry):
+                volatile.append(name)
+        return volatile
+
+
 def _facts_storages(facts: tuple) -> dict[tuple, tuple[str, int]]:
     storages = {facts[6]: (facts[2], facts[7])}
     if facts[8] is not None:
@@ -701,16 +850,14 @@ def _facts_storages(facts: tuple) -> dict[tuple, tuple[str, int]]:
     return storages
 
 
-def _facts_record(T: _Torch, name: str, facts: tuple) -> Record:
+def _facts_record(T: _Torch, name: str, facts: tuple, root: str | None = None) -> Record:
     _, tp, device, dtype, shape, requires_grad, _, nbytes, grad = facts
-    numel = 1
-    for size in shape:
-        numel *= size
+    numel = shape.numel()
     actual = 0 if device == "meta" else nbytes
     grad_bytes = 0 if grad is None or grad[1][0] == "meta" else grad[1][1]
     return Record(
         name,
-        name,
+        root or name,
         "parameter" if tp is T.Parameter else "tensor",
         tp.__name__,
         (device,),
@@ -797,19 +944,13 @@ def _still_same(T: _Torch, entry: _Entry | tuple, value: Any) -> bool:
         records = entry.records
         kind = records[0].kind if records else ""
         if kind == "module":
-            return _module_signature(T, entry.ref) == entry.signature
+            submodules = _live_submodules(entry.ref)
+            return submodules is not None and _module_signature(T, submodules) == entry.signature
         if kind == "optimizer":
             return entry.ref() is value and _optimizer_signature(T, value) == entry.signature
     except Exception:
         return False
     return False  # tensors with requires_grad / Parameters: cheap enough to look again
-
-
-def _namespace_ids(namespace: Mapping[str, Any]) -> dict[str, int]:
-    try:
-        return dict(zip(namespace.keys(), map(id, namespace.values()), strict=True))
-    except Exception:  # a Mapping that is not a dict, or that changed while we read it
-        return {name: id(value) for name, value in list(namespace.items())}
 
 
 def scan(
@@ -823,45 +964,107 @@ def scan(
 
     ``previous``: the last Inventory of the same namespace. Only names bound to a different
     object since then, names in ``changed`` (the hook passes the names a cell assigned, which
-    catches an id reused by a new object), and modules / optimizers / grad-carrying tensors
-    whose cheap signature moved are inspected again; everything else is reused as it was.
+    catches a freed object's id reused by a new one), and modules / optimizers / grad-carrying
+    tensors whose cheap signature moved are inspected again; the rest is reused as it was.
     """
     torch = sys.modules.get("torch")
     if torch is None or not hasattr(torch, "Tensor") or not hasattr(torch, "optim"):
-        return Inventory({}, {}, torch_imported=False, include_hidden=include_hidden)
+        return Inventory({}, [], [], set(), torch_imported=False, include_hidden=include_hidden)
     T = _Torch(torch)
-    ids = _namespace_ids(namespace)
-    entries: dict[str, _Entry] = {}
-    if previous is not None and previous._ids and previous.torch_imported:
-        stale = {name for name, _ in ids.items() - previous._ids.items()}
-        stale.update(changed)
-        reused = 0
-        for name, entry in previous._entries.items():
-            if name in stale or name not in ids:
-                continue
-            if _entry_volatile(entry) and not _still_same(T, entry, namespace.get(name)):
-                stale.add(name)
-                continue
-            entries[name] = entry
-            reused += 1
-        items: Iterable[tuple[str, Any]] = [
-            (name, namespace.get(name)) for name in stale if name in ids
-        ]
+    try:
+        if type(namespace) is dict:  # values() follows keys() order in a plain dict
+            keys, ids = list(namespace), list(map(id, namespace.values()))
+        else:
+            keys = list(namespace)
+            ids = list(map(id, map(namespace.__getitem__, keys)))
+    except Exception:  # a Mapping that changed while we read it: take a snapshot
+        snapshot = dict(namespace.items())
+        keys, ids, namespace = list(snapshot), list(map(id, snapshot.values())), snapshot
+    if previous is not None and previous.torch_imported and previous._keys:
+        entries, volatile = _rescan(T, namespace, keys, ids, previous, changed)
     else:
-        items = namespace.items() if isinstance(namespace, dict) else list(namespace.items())
-    for name, value in items:
+        entries, volatile = _full_scan(T, namespace)
+    hidden = _hidden_entries(T, namespace, entries) if include_hidden else {}
+    return Inventory(
+        entries,
+        keys,
+        ids,
+        volatile,
+        torch_imported=True,
+        include_hidden=include_hidden,
+        hidden=hidden,
+        torch=T,
+        record_cache=previous._record_cache if previous is not None else None,
+    )
+
+
+def _full_scan(T: _Torch, namespace: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]]:
+    entries: dict[str, Any] = {}
+    plain_names: list[str] = []
+    plain_tensors: list[Any] = []
+    tensor_type, parameter_type = T.Tensor, T.Parameter
+    volatile: set[str] = set()
+    for name, value in namespace.items():
+        tp = type(value)
+        if tp is tensor_type or tp is parameter_type:
+            if (name[:1] != "_" and name not in IPYTHON_NAMES) or not is_ipython_bookkeeping(name):
+                plain_names.append(name)
+                plain_tensors.append(value)
+                entries[name] = None  # keeps the namespace's order; filled in below
+            continue
         if is_ipython_bookkeeping(name):
             continue
         entry = _inspect(T, name, value)
         if entry is not None:
             entries[name] = entry
-    # keep the namespace's own order so views are stable from cell to cell
-    if previous is not None:
-        entries = {name: entries[name] for name in ids if name in entries}
-    hidden = _hidden_entries(T, namespace, entries) if include_hidden else {}
-    return Inventory(
-        entries, ids, torch_imported=True, include_hidden=include_hidden, hidden=hidden, torch=T
-    )
+            if _entry_volatile(entry):
+                volatile.add(name)
+    volatile.update(_batch_tensor_facts(T, plain_names, plain_tensors, entries))
+    return entries, volatile
+
+
+def _rescan(
+    T: _Torch,
+    namespace: Mapping[str, Any],
+    keys: list[str],
+    ids: list[int],
+    previous: Inventory,
+    changed: Iterable[str],
+) -> tuple[dict[str, Any], set[str]]:
+    entries = dict(previous._entries)
+    volatile = set(previous._volatile)
+    known = len(previous._keys)
+    if keys[:known] == previous._keys:
+        # the usual cell: same names, some rebound, perhaps a few new ones at the end
+        stale = list(compress(keys, map(ne, ids, previous._ids)))
+        stale += keys[known:]
+    else:
+        current = dict(zip(keys, ids, strict=True))
+        before = dict(zip(previous._keys, previous._ids, strict=True))
+        stale = [name for name in keys if before.get(name) != current[name]]
+        for gone in before.keys() - current.keys():
+            entries.pop(gone, None)
+            volatile.discard(gone)
+    present = set(keys)
+    stale = list(dict.fromkeys(chain(stale, (n for n in changed if n in present))))
+    stale_set = set(stale)
+    for name in list(volatile):
+        if name not in stale_set and not _still_same(T, entries[name], namespace.get(name)):
+            stale.append(name)
+    for name in stale:
+        if is_ipython_bookkeeping(name):
+            continue
+        entry = _inspect(T, name, namespace.get(name))
+        if entry is None:
+            entries.pop(name, None)
+            volatile.discard(name)
+            continue
+        entries[name] = entry
+        if _entry_volatile(entry):
+            volatile.add(name)
+        else:
+            volatile.discard(name)
+    return entries, volatile
 
 
 def _hidden_entries(
@@ -909,16 +1112,24 @@ class Inventory:
     def __init__(
         self,
         entries: dict[str, _Entry | tuple],
-        ids: dict[str, int],
+        keys: list[str],
+        ids: list[int],
+        volatile: set[str],
         *,
         torch_imported: bool,
         include_hidden: bool = False,
         hidden: dict[str, _Entry] | None = None,
         torch: _Torch | None = None,
+        record_cache: dict[str, tuple[Any, list[Record]]] | None = None,
     ) -> None:
         self._torch = torch
         self._entries = entries
+        # what the next incremental scan compares against: the namespace's names and ids
+        self._keys = keys
         self._ids = ids
+        self._volatile = volatile
+        # name -> (entry, records): records of entries the next scan reuses are reused too
+        self._record_cache: dict[str, tuple[Any, list[Record]]] = record_cache or {}
         self._hidden = hidden or {}
         self.torch_imported = torch_imported
         self.include_hidden = include_hidden
@@ -938,13 +1149,22 @@ class Inventory:
         """(entry, its records) for visible then hidden entries; tensor records are built here."""
         if self._built is None:
             built = []
+            cache = self._record_cache
+            fresh_cache: dict[str, tuple[Any, list[Record]]] = {}
             for name, entry in self._entries.items():
                 if type(entry) is tuple:
-                    built.append((entry, [_facts_record(self._torch, name, entry)]))
+                    cached = cache.get(name)
+                    if cached is not None and cached[0] is entry:
+                        pair = cached
+                    else:
+                        pair = (entry, [_facts_record(self._torch, name, entry)])
                 else:
-                    built.append((entry, entry.records))
+                    pair = (entry, entry.records)
+                fresh_cache[name] = pair
+                built.append(pair)
             built += [(entry, entry.records) for entry in self._hidden.values()]
             self._built = built
+            self._record_cache = fresh_cache
         return self._built
 
     def __len__(self) -> int:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 #: Renderings list at most this many rows (biggest first); the rest is summarised in one line.
 MAX_RENDERED_ROWS = 200
 
-COLUMNS = ("name", "type", "device", "dtype", "shape", "size")
+COLUMNS = ("name", "type", "device", "dtype", "shape", "size", "note")
 
 
 def _shape(record: Record) -> str:
@@ -47,6 +47,7 @@ def row_cells(record: Record) -> tuple[str, ...]:
         record.dtype or "",
         _shape(record),
         _size(record),
+        record.note,
     )
 
 
@@ -74,11 +75,13 @@ def inventory_text(inventory: Inventory) -> str:
         return "No tensors, modules or optimizers in this namespace."
     shown = ordered_records(inventory)
     rows = [COLUMNS] + [row_cells(r) for r in shown]
-    widths = [min(40, max(len(row[i]) for row in rows)) for i in range(len(COLUMNS))]
+    # the last column (note) is never padded or cut
+    widths = [min(40, max(len(row[i]) for row in rows)) for i in range(len(COLUMNS) - 1)]
     lines = [f"Devices — {totals_line(inventory)}"]
     lines += [f"warning: {w}" for w in inventory.mixed_warnings()]
     for row in rows:
-        lines.append("  ".join(cell[:40].ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+        cells = [cell[:40].ljust(widths[i]) for i, cell in enumerate(row[:-1])]
+        lines.append(("  ".join(cells) + "  " + row[-1]).rstrip())
     if len(records) > len(shown):
         lines.append(
             f"… {len(records) - len(shown):,} more rows (Inventory.to_frame() has them all)"
