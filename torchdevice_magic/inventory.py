@@ -1270,6 +1270,31 @@ class Inventory:
             )
         return rows
 
+    def mixed_records(self) -> list[Record]:
+        """Modules spanning devices and optimizers whose state sits away from its parameters.
+        Cheap: plain tensors (most entries) can't be mixed, so their records are not built."""
+        return [
+            record
+            for entry in self._entries.values()
+            if type(entry) is not tuple
+            for record in entry.records
+            if record.mixed
+        ]
+
+    def subset(self, names: Iterable[str]) -> Inventory:
+        """The inventory of just these top-level names (what a cell read or created)."""
+        wanted = set(names)
+        entries = {name: e for name, e in self._entries.items() if name in wanted}
+        return Inventory(
+            entries,
+            [],
+            [],
+            set(),
+            torch_imported=self.torch_imported,
+            torch=self._torch,
+            record_cache=self._record_cache,
+        )
+
     def mixed_warnings(self) -> list[str]:
         """One line per object whose parts sit on different devices."""
         warnings = []

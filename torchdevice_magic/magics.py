@@ -1,0 +1,189 @@
+"""``%%devicecheck`` and ``%devices``: thin wrappers over the session and the pure core."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+from .inventory import device_sort_key
+from .session import DeviceSession, assigned_names
+
+MAGIC_NAMES = {"cell": ["devicecheck"], "line": ["devices"]}
+
+
+class MixedDevicesError(RuntimeError):
+    """Raised by ``%%devicecheck --strict`` after the cell ran, when what it used spans devices."""
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows this instead of a traceback: the cell fails with one clear line
+        return [f"MixedDevicesError: {self}"]
+
+
+class CellFailed(RuntimeError):
+    """Marks a ``%%devicecheck`` cell as failed after its own error was shown (once)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [str(self)]
+
+
+def names_read(cell: str, shell: Any = None) -> list[str]:
+    """Top-level names a cell reads (the roots of ``model.fc.weight`` count as ``model``)."""
+    try:
+        tree = ast.parse(cell)
+    except SyntaxError:
+        try:
+            tree = ast.parse(shell.transform_cell(cell)) if shell is not None else None
+        except Exception:
+            tree = None
+    if tree is None:
+        return []
+    seen: dict[str, None] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            seen.setdefault(node.id)
+    return list(seen)
+
+
+@magics_class
+class DeviceMagics(Magics):
+    def __init__(self, shell: Any, session: DeviceSession) -> None:
+        super().__init__(shell)
+        self.session = session
+
+    # -- %%devicecheck ---------------------------------------------------------------------
+    @magic_arguments()
+    @argument(
+        "-d",
+        "--device",
+        metavar="DEVICE",
+        help="The device fixes should move things to (default: the best available, "
+        "cuda -> mps -> xpu -> cpu).",
+    )
+    @argument(
+        "--to",
+        metavar="DEVICE",
+        help="Before running the cell, move the objects it reads to DEVICE (all or nothing).",
+    )
+    @argument(
+        "--strict",
+        action="store_true",
+        help="Fail the cell (after it ran) if what it read or created spans more than one "
+        "device. Useful for notebooks run in CI.",
+    )
+    @argument("--quiet", action="store_true", help="Report only warnings and errors.")
+    @argument(
+        "--all", action="store_true", help="Report the whole namespace, not just the cell's names."
+    )
+    @cell_magic
+    def devicecheck(self, line: str, cell: str) -> None:
+        """Run the cell; report the devices and memory of what it read or created; explain any
+        device-mismatch error with a one-line fix.
+
+        Examples::
+
+            %%devicecheck -d cuda
+            out = model(x)
+
+            %%devicecheck --to cuda:0 --strict
+            loss = criterion(model(inputs), targets)
+        """
+        args = parse_argstring(self.devicecheck, line)
+        session = self.session
+        target = self._checked_device(args.device, "-d") if args.device else None
+        move_to = self._checked_device(args.to, "--to") if args.to else None
+        read = names_read(cell, self.shell)
+
+        if move_to is not None:
+            self._move_before_running(read, move_to)
+
+        session.suppress_auto_diagnosis += 1
+        try:
+            result = self.shell.run_cell(cell, store_history=False)
+        finally:
+            session.suppress_auto_diagnosis -= 1
+
+        inventory = session.rescan(assigned_names(cell, self.shell))
+        error = result.error_in_exec or result.error_before_exec
+        if error is not None:
+            fix_target = target or move_to or session.default_target()
+            diagnosis = session.show_diagnosis(error, cell, target=fix_target)
+            kind = "device-mismatch error" if diagnosis is not None else type(error).__name__
+            raise CellFailed(f"%%devicecheck: the cell failed with a {kind} (shown above)")
+
+        used = inventory if args.all else inventory.subset(set(read) | set(assigned_names(cell)))
+        spans = sorted(
+            {d for r in used.records if not r.hidden for d in r.devices}, key=device_sort_key
+        )
+        if not args.quiet and used.records:
+            display(used)
+        if len(spans) > 1:
+            message = f"what this cell used spans {len(spans)} devices: {', '.join(spans)}"
+            if args.strict:
+                raise MixedDevicesError(message)
+            print(f"⚠ {message}")
+
+    def _checked_device(self, text: str, option: str) -> str:
+        from .moving import MoveError
+        from .moving import _resolve_device as resolve_device
+
+        try:
+            # typed by the user: meta is allowed here (the config gate is for one-click moves)
+            return str(resolve_device(text, allow_meta=True))
+        except MoveError as error:
+            raise UsageError(f"{option} {text}: {error}") from None
+
+    def _move_before_running(self, read: list[str], device: str) -> None:
+        from .moving import MoveError
+
+        inventory = self.session.rescan()
+        movable = {r.root for r in inventory.records if r.movable and not r.hidden}
+        names = [name for name in read if name in movable]
+        if not names:
+            return
+        try:
+            result = self.session.move(device, names, allow_meta=True)
+        except MoveError as error:
+            raise UsageError(f"--to {device}: {error}") from None
+        if not result.ok:
+            raise UsageError(f"--to {device}: {result.summary()}")
+        print(result.summary())
+
+    # -- %devices ----------------------------------------------------------------------------
+    @magic_arguments()
+    @argument(
+        "--hidden",
+        action="store_true",
+        help="Also list tensors kept alive only by the output history (Out[12], _).",
+    )
+    @argument("-o", "--output", action="store_true", help="Return a pandas DataFrame.")
+    @argument(
+        "--text", action="store_true", help="Show the static table even where widgets render."
+    )
+    @line_magic
+    def devices(self, line: str = "") -> Any:
+        """Show every tensor, module and optimizer in the namespace with its device and memory.
+
+        In Jupyter this is a live table (sortable, with per-device totals and move buttons);
+        elsewhere a text table. ``-o`` returns the DataFrame instead.
+        """
+        args = parse_argstring(self.devices, line)
+        inventory = self.session.full_scan(include_hidden=args.hidden or None)
+        if args.output:
+            return inventory.to_frame()
+        if not args.text and _widgets_render(self.shell):
+            from .widget import DeviceTable
+
+            display(DeviceTable(self.session, include_hidden=args.hidden))
+            return None
+        display(inventory)
+        return None
+
+
+def _widgets_render(shell: Any) -> bool:
+    """Widgets need a Jupyter frontend (a kernel), not a terminal."""
+    return getattr(shell, "kernel", None) is not None

@@ -1,0 +1,334 @@
+"""Per-shell state: the post-execute hook, the live views, the shared move/undo history, config.
+
+One :class:`DeviceSession` per IPython shell owns everything the extension adds (like
+autoreload's single object owning its hooks), so ``%unload_ext`` can take all of it away again.
+The widget, the sidebar comm and the magics are thin views over it; the work is in the pure core
+(:mod:`.inventory`, :mod:`.moving`, :mod:`.diagnose`).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import logging
+import sys
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from traitlets import Bool, Int, Unicode
+from traitlets.config import Configurable
+
+from . import protocol
+from .inventory import Inventory, scan
+
+log = logging.getLogger("torchdevice_magic")
+
+_SESSION_ATTRIBUTE = "_torchdevice_magic_session"
+
+
+class TorchDeviceMagic(Configurable):
+    """Settings of torchdevice_magic (``c.TorchDeviceMagic.<name>`` in ipython_config.py, or
+    ``%config TorchDeviceMagic.<name> = value`` in a running kernel)."""
+
+    auto_diagnose = Bool(
+        True, help="Explain device-mismatch errors under the traceback of any cell."
+    ).tag(config=True)
+    warn_on_mixed = Bool(
+        True,
+        help="Print a one-line warning when a module spans devices or an optimizer's state "
+        "sits on a device other than its parameters.",
+    ).tag(config=True)
+    default_device = Unicode(
+        "",
+        help="The device fixes and moves suggest by default; empty: the best available "
+        "(cuda -> mps -> xpu -> cpu).",
+    ).tag(config=True)
+    allow_meta_target = Bool(
+        False,
+        help="Offer 'meta' as a move target (it discards data: for demos and tests on "
+        "machines without an accelerator).",
+    ).tag(config=True)
+    include_hidden = Bool(
+        False, help="Also list tensors kept alive only by the output history (Out, _)."
+    ).tag(config=True)
+    row_limit = Int(
+        protocol.DEFAULT_ROW_LIMIT, help="Most rows sent to the sidebar in one snapshot."
+    ).tag(config=True)
+
+
+class DeviceSession:
+    """Everything torchdevice_magic keeps for one shell."""
+
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+        self.config = TorchDeviceMagic(parent=shell)
+        self.inventory: Inventory | None = None
+        self.undo_stack: list[Any] = []
+        self.last_action: dict[str, Any] | None = None
+        self.seq = 0
+        self._views: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._listeners: list[Callable[[DeviceSession], None]] = []
+        self._warned: set[tuple] = set()
+        self._hook_failed = False
+        self.suppress_auto_diagnosis = 0
+        self.config.observe(self._config_changed)
+
+    # -- the namespace ---------------------------------------------------------------------
+    @property
+    def namespace(self) -> dict[str, Any]:
+        return self.shell.user_ns
+
+    def rescan(self, changed: tuple[str, ...] | list[str] = ()) -> Inventory:
+        self.inventory = scan(
+            self.namespace,
+            include_hidden=self.config.include_hidden,
+            previous=self.inventory if self.inventory is not None else None,
+            changed=changed,
+        )
+        return self.inventory
+
+    def full_scan(self, include_hidden: bool | None = None) -> Inventory:
+        hidden = self.config.include_hidden if include_hidden is None else include_hidden
+        self.inventory = scan(self.namespace, include_hidden=hidden)
+        return self.inventory
+
+    # -- targets ---------------------------------------------------------------------------
+    def targets(self) -> list[dict[str, Any]]:
+        if "torch" not in sys.modules:
+            return []
+        from .moving import available_devices
+
+        return [
+            protocol.target(device, enabled, reason)
+            for device, enabled, reason in available_devices(self.config.allow_meta_target)
+        ]
+
+    def default_target(self) -> str | None:
+        if "torch" not in sys.modules:
+            return None
+        if self.config.default_device:
+            return self.config.default_device
+        from .moving import best_device
+
+        return best_device()
+
+    # -- actions shared by the widget, the sidebar and %%devicecheck --to -------------------
+    def move(
+        self,
+        device: str,
+        names: list[str] | tuple[str, ...] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        allow_meta: bool | None = None,
+    ) -> Any:
+        """Move through the all-or-nothing engine; remember the result for undo.
+
+        ``allow_meta``: None follows the config (one-click moves); a device the user typed
+        (``%%devicecheck --to meta``) passes True.
+        """
+        from .moving import move
+
+        result = move(
+            self.namespace,
+            device,
+            names,
+            allow_meta=self.config.allow_meta_target if allow_meta is None else allow_meta,
+            progress=progress,
+        )
+        if result.ok and result.moved:
+            self.undo_stack.append(result)
+        self.last_action = _outcome("move", result.ok, result.summary())
+        self.after_action()
+        return result
+
+    def undo(self, progress: Callable[[int, int], None] | None = None) -> Any:
+        if not self.undo_stack:
+            from .moving import MoveError
+
+            raise MoveError("nothing to undo")
+        result = self.undo_stack[-1].undo(progress=progress)
+        if result.ok:
+            self.undo_stack.pop()
+        self.last_action = _outcome("undo", result.ok, result.summary())
+        self.after_action()
+        return result
+
+    def after_action(self) -> None:
+        # a move rebinds names and moves modules in place: look at everything again
+        self.full_scan()
+        self.refresh_views()
+
+    # -- live views --------------------------------------------------------------------------
+    def add_view(self, view: Any) -> None:
+        """A view has ``refresh(session)``; it is held weakly (a closed widget just goes)."""
+        self._views.add(view)
+
+    def add_listener(self, listener: Callable[[DeviceSession], None]) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[DeviceSession], None]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def has_views(self) -> bool:
+        return bool(self._listeners) or len(self._views) > 0
+
+    def refresh_views(self) -> None:
+        if self.inventory is None:
+            self.rescan()
+        self.seq += 1
+        for view in list(self._views):
+            _quietly(view.refresh, self)
+        for listener in list(self._listeners):
+            _quietly(listener, self)
+
+    def snapshot(self) -> dict[str, Any]:
+        inventory = self.inventory if self.inventory is not None else self.rescan()
+        return protocol.snapshot(
+            inventory,
+            seq=self.seq,
+            targets=self.targets(),
+            default_target=self.default_target(),
+            can_undo=bool(self.undo_stack),
+            last_action=self.last_action,
+            row_limit=self.config.row_limit,
+        )
+
+    # -- the post-execute hook ----------------------------------------------------------------
+    def post_run_cell(self, result: Any) -> None:
+        """After every (non-silent) cell. Never raises into the user's session."""
+        if "torch" not in sys.modules:
+            return  # nothing can hold a tensor yet, and we never import torch ourselves
+        try:
+            self._after_cell(result)
+        except Exception:
+            if not self._hook_failed:
+                self._hook_failed = True
+                log.exception("torchdevice_magic: the post-execute hook failed; it carries on")
+
+    def _after_cell(self, result: Any) -> None:
+        cell = getattr(getattr(result, "info", None), "raw_cell", None) or ""
+        inventory = self.rescan(assigned_names(cell, self.shell))
+        error = getattr(result, "error_in_exec", None)
+        if error is not None and self.config.auto_diagnose and not self.suppress_auto_diagnosis:
+            self.show_diagnosis(error, cell)
+        if self.config.warn_on_mixed:
+            self._warn_new_mixed(inventory)
+        if self.has_views():
+            self.refresh_views()
+
+    def show_diagnosis(self, error: BaseException, cell: str, target: str | None = None) -> Any:
+        from .diagnose import diagnose
+
+        diagnosis = diagnose(error, self.namespace, cell, target=target)
+        if diagnosis is not None:
+            from IPython.display import display
+
+            # text for terminals and logs, escaped HTML where a notebook renders it
+            display(
+                {"text/plain": diagnosis.text(), "text/html": diagnosis._repr_html_()}, raw=True
+            )
+        return diagnosis
+
+    def _warn_new_mixed(self, inventory: Inventory) -> None:
+        for record in inventory.mixed_records():
+            key = (record.name, record.devices, record.note)
+            if key in self._warned:
+                continue
+            self._warned.add(key)
+            if record.kind == "optimizer":
+                message = f"{record.name}: {record.note}"
+            else:
+                message = f"{record.name} ({record.type}) spans {', '.join(record.devices)}"
+            print(f"⚠ torchdevice_magic: {message}", file=sys.stderr)
+
+    def _config_changed(self, change: dict[str, Any]) -> None:
+        if change.get("name") in {"allow_meta_target", "include_hidden", "default_device"}:
+            if "torch" in sys.modules:
+                self.full_scan()
+            self.refresh_views()
+
+
+def _outcome(action: str, ok: bool, message: str) -> dict[str, Any]:
+    return {"action": action, "ok": ok, "message": message, "time": time.time()}
+
+
+def _quietly(function: Callable[..., Any], *args: Any) -> None:
+    try:
+        function(*args)
+    except Exception:
+        log.exception("torchdevice_magic: a live view failed to refresh")
+
+
+def assigned_names(cell: str, shell: Any = None) -> list[str]:
+    """Names a cell binds at top level (assignments, for-targets, imports, del, with-as...).
+
+    The hook rescans these even when the id is unchanged: a freed object's id can be reused by
+    the new object the cell created under the same name.
+    """
+    if not cell:
+        return []
+    try:
+        tree = ast.parse(cell)
+    except SyntaxError:
+        if shell is None:
+            return []
+        try:
+            tree = ast.parse(shell.transform_cell(cell))
+        except Exception:
+            return []
+    except Exception:
+        return []
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.append(node.id)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names.extend(node.names)
+    return names
+
+
+# -- loading and unloading ----------------------------------------------------------------------
+
+
+def get_session(shell: Any) -> DeviceSession | None:
+    return getattr(shell, _SESSION_ATTRIBUTE, None)
+
+
+def load(shell: Any) -> DeviceSession:
+    """Register magics, the hook, the config object and the comm target — once."""
+    session = get_session(shell)
+    if session is not None:
+        return session
+    from .comm import SidebarChannel
+    from .magics import DeviceMagics
+
+    session = DeviceSession(shell)
+    setattr(shell, _SESSION_ATTRIBUTE, session)
+    shell.register_magics(DeviceMagics(shell, session))
+    shell.events.register("post_run_cell", session.post_run_cell)
+    if session.config not in shell.configurables:
+        shell.configurables.append(session.config)
+    session.channel = SidebarChannel(session)
+    session.channel.register()
+    return session
+
+
+def unload(shell: Any) -> None:
+    """Remove every hook, magic, config object and comm target :func:`load` added."""
+    session = get_session(shell)
+    if session is None:
+        return
+    from .magics import MAGIC_NAMES
+
+    with contextlib.suppress(ValueError):
+        shell.events.unregister("post_run_cell", session.post_run_cell)
+    for kind, names in MAGIC_NAMES.items():
+        for name in names:
+            shell.magics_manager.magics[kind].pop(name, None)
+    shell.magics_manager.registry.pop("DeviceMagics", None)
+    if session.config in shell.configurables:
+        shell.configurables.remove(session.config)
+    session.channel.unregister()
+    delattr(shell, _SESSION_ATTRIBUTE)
