@@ -345,7 +345,7 @@ def _tensor_record(
         needed = _storage_facts(measured, device, storages)
     grad_bytes = 0
     requires_grad = tensor.requires_grad
-    if requires_grad:
+    if requires_grad and (tensor.is_leaf or tensor.retains_grad):
         grad = tensor.grad
         if grad is not None:
             grad_bytes = _storage_facts(grad, T.device_name(grad.device), storages)
@@ -498,12 +498,15 @@ def _optimizer_params(optimizer: Any) -> list[Any]:
 
 
 def _optimizer_signature(T: _Torch, optimizer: Any) -> tuple:
+    """Changes when state appears, is replaced (load_state_dict, or a tensor swapped inside a
+    parameter's state), or when the parameters move."""
     state = optimizer.state
     params = _optimizer_params(optimizer)
     return (
         id(state),
         len(state),
         tuple(map(id, state.values())),
+        tuple(map(id, chain.from_iterable(map(dict.values, state.values())))),
         tuple(map(T.Tensor.data_ptr, params)),
     )
 
@@ -767,7 +770,8 @@ def _plain_tensor_facts(T: _Torch, tensor: Any, tp: type) -> tuple | None:
         key = (device, pointer) if pointer else (device, "impl", storage._cdata)
         requires_grad = tensor.requires_grad
         grad = None
-        if requires_grad:
+        # .grad of a non-leaf tensor makes torch warn: only leaves (or retain_grad) have one
+        if requires_grad and (tensor.is_leaf or tensor.retains_grad):
             grad_tensor = tensor.grad
             if grad_tensor is not None:
                 grad_storages: dict[tuple, tuple[str, int]] = {}

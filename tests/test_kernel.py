@@ -1,0 +1,57 @@
+"""A real Jupyter kernel (nbclient + ipykernel): the extension loads, a real cpu/meta mismatch
+is explained in the failing cell's own outputs, and %%devicecheck --strict fails a cell."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+pytestmark = pytest.mark.kernel
+
+
+def notebook(*cells: str) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    return nb
+
+
+def cell_text(cell: nbformat.NotebookNode) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream":
+            parts.append(output["text"])
+        elif "data" in output:
+            parts.append(output["data"].get("text/plain", ""))
+            parts.append(output["data"].get("text/html", ""))
+        elif output.get("output_type") == "error":
+            parts.append(f"{output['ename']}: {output['evalue']}")
+            parts.extend(output.get("traceback", []))
+    return "\n".join(parts)
+
+
+def test_real_kernel_explains_a_device_mismatch_in_the_cell_output():
+    nb = notebook(
+        "%load_ext torchdevice_magic",
+        "import torch\nmodel = torch.nn.Linear(3, 2).to('meta')\nx = torch.randn(4, 3)",
+        "y = model(x)",
+        "%%devicecheck --strict --quiet\na = x.sum()\nb = model.weight.sum()",
+        "frame = %devices -o\nprint(sorted(frame['name']))",
+    )
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
+    failing = nb.cells[2]
+    errors = [o for o in failing.outputs if o.output_type == "error"]
+    assert errors and errors[0]["ename"] == "RuntimeError"
+    explained = cell_text(failing)
+    assert "model (Linear, 32 B) is on meta" in explained
+    assert "x (Tensor, 48 B) is on cpu" in explained
+    assert 'Fix: x = x.to("meta")' in explained
+    # the diagnosis comes after the traceback, in the same cell
+    kinds = [o.output_type for o in failing.outputs]
+    assert kinds.index("error") < kinds.index("display_data")
+
+    strict = nb.cells[3]
+    strict_errors = [o for o in strict.outputs if o.output_type == "error"]
+    assert strict_errors and strict_errors[0]["ename"] == "MixedDevicesError"
+    assert "spans 2 devices: cpu, meta" in cell_text(strict)
+    assert "['a', 'b', 'model', 'x']" in cell_text(nb.cells[4])
