@@ -19,8 +19,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import torchdevice_magic as tdm  # noqa: E402
 from _namespace import build_namespace, floor_scan, median_seconds  # noqa: E402
+
+import torchdevice_magic as tdm  # noqa: E402
 
 
 def measure(repeats: int = 41) -> dict[str, float]:

@@ -28,7 +28,10 @@ class SidebarChannel:
 
         get_comm_manager().register_target(protocol.COMM_TARGET, self._on_open)
         self._registered = True
-        # Tell any sidebar already watching this kernel that the extension is here now.
+        if getattr(self.session.shell, "kernel", None) is None:
+            return  # a terminal or in-process shell: no frontend to announce to
+        # Tell any sidebar already watching this kernel that the extension is here now. A
+        # frontend without our sidebar closes the comm, and then nothing more is sent.
         try:
             announced = create_comm(target_name=protocol.COMM_TARGET, data=self.session.snapshot())
             self._attach(announced)

@@ -1049,8 +1049,11 @@ def _rescan(
         for gone in before.keys() - current.keys():
             entries.pop(gone, None)
             volatile.discard(gone)
-    present = set(keys)
-    stale = list(dict.fromkeys(chain(stale, (n for n in changed if n in present))))
+    # Names the cell mentions: look again at plain tensors and containers among them (a freed
+    # object's id may now belong to a new one). Modules and optimizers need not: their
+    # signatures and weak references catch a replacement.
+    forced = [n for n in changed if n in entries and not _entry_volatile(entries[n])]
+    stale = list(dict.fromkeys(chain(stale, forced)))
     stale_set = set(stale)
     for name in list(volatile):
         if name not in stale_set and not _still_same(T, entries[name], namespace.get(name)):

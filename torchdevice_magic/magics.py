@@ -11,7 +11,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from .inventory import device_sort_key
-from .session import DeviceSession, assigned_names
+from .session import DeviceSession, cell_names
 
 MAGIC_NAMES = {"cell": ["devicecheck"], "line": ["devices"]}
 
@@ -107,7 +107,7 @@ class DeviceMagics(Magics):
         finally:
             session.suppress_auto_diagnosis -= 1
 
-        inventory = session.rescan(assigned_names(cell, self.shell))
+        inventory = session.rescan(cell_names(cell, self.shell))
         error = result.error_in_exec or result.error_before_exec
         if error is not None:
             fix_target = target or move_to or session.default_target()
@@ -115,7 +115,7 @@ class DeviceMagics(Magics):
             kind = "device-mismatch error" if diagnosis is not None else type(error).__name__
             raise CellFailed(f"%%devicecheck: the cell failed with a {kind} (shown above)")
 
-        used = inventory if args.all else inventory.subset(set(read) | set(assigned_names(cell)))
+        used = inventory if args.all else inventory.subset(cell_names(cell, self.shell))
         spans = sorted(
             {d for r in used.records if not r.hidden for d in r.devices}, key=device_sort_key
         )
