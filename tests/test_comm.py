@@ -44,10 +44,9 @@ class FakeComm:
 
 @pytest.fixture
 def shell():
-    from IPython import get_ipython
-    from IPython.testing.globalipapp import start_ipython
+    from IPython.testing.globalipapp import get_ipython
 
-    ip = start_ipython() or get_ipython()
+    ip = get_ipython()
     ip.run_line_magic("unload_ext", "torchdevice_magic")
     ip.run_line_magic("load_ext", "torchdevice_magic")
     ip.run_cell(

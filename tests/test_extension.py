@@ -30,10 +30,9 @@ def train(model, loader):
 
 @pytest.fixture
 def ip():
-    from IPython import get_ipython
-    from IPython.testing.globalipapp import start_ipython
+    from IPython.testing.globalipapp import get_ipython
 
-    shell = start_ipython() or get_ipython()
+    shell = get_ipython()
     shell.run_line_magic("unload_ext", "torchdevice_magic")
     for name in list(shell.user_ns):
         if not name.startswith("_") and name not in {"In", "Out", "exit", "quit", "get_ipython"}:
