@@ -20,6 +20,7 @@ import html
 import re
 import sys
 import weakref
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import chain, compress
@@ -1143,6 +1144,7 @@ class Inventory:
         self._records: list[Record] | None = None
         self._built: list[tuple[Any, list[Record]]] | None = None
         self._totals: dict[str, int] | None = None
+        self._storages: dict[tuple, tuple[str, int]] | None = None
 
     # -- records -----------------------------------------------------------------------------
     @property
@@ -1197,42 +1199,55 @@ class Inventory:
         )
 
     def _mark_sharing(self) -> None:
-        """``shares_with``: names whose storages overlap (aliases, views, tied weights)."""
+        """``shares_with``: names whose storages overlap (aliases, views, tied weights).
+
+        Counted over every storage key at once (C-level), so only the few entries that really
+        share a storage do per-record work.
+        """
+        built = self._records_by_entry()
+        counts = Counter(chain.from_iterable(_entry_storages(entry) for entry, _ in built))
+        shared_keys = {key for key, count in counts.items() if count > 1}
+        for _, records in built:
+            for record in records:
+                if record.shares_with:
+                    record.shares_with = ()  # records are reused across scans: reset
+        if not shared_keys:
+            return
         owners: dict[tuple, list[str]] = {}
-        for entry, records in self._records_by_entry():
+        for entry, records in built:
+            if shared_keys.isdisjoint(_entry_storages(entry)):
+                continue
             pairs = (
                 zip(records, [_facts_storages(entry).keys()], strict=True)
                 if type(entry) is tuple
                 else entry.keys_per_record()
             )
             for record, keys in pairs:
-                for key in keys:
-                    names = owners.get(key)
-                    if names is None:
-                        owners[key] = [record.name]
-                    elif names[-1] != record.name:
+                for key in shared_keys.intersection(keys):
+                    names = owners.setdefault(key, [])
+                    if record.name not in names:
                         names.append(record.name)
         shared: dict[str, set[str]] = {}
         for names in owners.values():
-            if len(names) > 1:
-                for name in names:
-                    shared.setdefault(name, set()).update(n for n in names if n != name)
-        for _, records in self._records_by_entry():
+            for name in names:
+                shared.setdefault(name, set()).update(n for n in names if n != name)
+        for _, records in built:
             for record in records:
                 others = shared.get(record.name)
-                record.shares_with = tuple(sorted(others)) if others else ()
+                if others:
+                    record.shares_with = tuple(sorted(others))
 
     # -- totals ------------------------------------------------------------------------------
     def _unique_storages(self) -> dict[tuple, tuple[str, int]]:
-        merged: dict[tuple, tuple[str, int]] = {}
-        for entry in self._entries.values():
-            if type(entry) is tuple:
-                merged[entry[6]] = (entry[2], entry[7])
-                if entry[8] is not None:
-                    merged[entry[8][0]] = entry[8][1]
-            else:
-                merged.update(entry.storages)
-        return merged
+        if self._storages is None:
+            entries = self._entries.values()
+            merged = dict([(e[6], (e[2], e[7])) for e in entries if type(e) is tuple])
+            merged.update([e[8] for e in entries if type(e) is tuple and e[8] is not None])
+            for entry in entries:
+                if type(entry) is not tuple:
+                    merged.update(entry.storages)
+            self._storages = merged
+        return self._storages
 
     def totals(self) -> dict[str, int]:
         """{device: bytes}, every storage counted once across the namespace (gradients and
@@ -1251,8 +1266,8 @@ class Inventory:
 
     @property
     def devices(self) -> list[str]:
-        found = {d for r in self.records if not r.hidden for d in r.devices}
-        return sorted(found | set(self.totals()), key=device_sort_key)
+        """Devices holding any storage of a visible name (meta included, at 0 bytes)."""
+        return list(self.totals())
 
     def device_totals(self) -> list[DeviceTotal]:
         """Totals with, for CUDA devices when CUDA is *already* initialised, the allocator's
