@@ -926,3 +926,21 @@ def test_progress_on_many_tensors_is_monotonic_and_complete() -> None:
     assert calls[0] == (0, 40_000) and calls[-1] == (40_000, 40_000)
     assert all(a[0] <= b[0] for a, b in zip(calls, calls[1:], strict=False))
     assert 10 < len(calls) <= 110  # throttled to about one call per percent
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_recurrent_modules_keep_their_parameters(target: str) -> None:
+    """RNNs override _apply to re-point their flat weights; Parameters must stay the same."""
+    lstm = nn.LSTM(3, 4, num_layers=2)
+    opt = torch.optim.SGD(lstm.parameters(), lr=0.1, momentum=0.9)
+    lstm(torch.randn(2, 1, 3))[0].sum().backward()
+    opt.step()
+    params = list(lstm.parameters())
+    ns = {"lstm": lstm, "opt": opt}
+    assert move(ns, target).ok
+    assert all(a is b for a, b in zip(lstm.parameters(), params, strict=True))
+    assert all(w is p for w, p in zip(lstm._flat_weights, params, strict=True))
+    assert all(opt.state[p]["momentum_buffer"].device == p.device for p in params)
+    if target != "meta":
+        lstm(torch.randn(2, 1, 3, device=target))[0].sum().backward()
+        opt.step()

@@ -720,16 +720,16 @@ class _Plan:
             s, key, snb = None, ("tensor", tid), _tensor_nbytes(t)
         if tid in self.plain_ids:
             return snb
+        g = t.grad if t.is_leaf else None  # (read before the plan changes)
+        follow = g is not None and g.device != dest
         self.plain_ids.add(tid)
         group = self.groups.get((key, dest))
         if group is None:
             self.groups[(key, dest)] = [(t, name, snb, s)]
         else:
             group.append((t, name, snb, s))
-        if t.is_leaf:
-            g = t.grad
-            if g is not None and g.device != dest:
-                self._add_plain(g, name, dest)
+        if follow:
+            self._add_plain(g, name, dest)
         return snb
 
     # -- named objects ----------------------------------------------------------------------------
@@ -838,33 +838,46 @@ class _Plan:
         item = _Item(
             name, "module", m, _names(devices), _module_bytes(m), to_device, _module_layout(m)
         )
+        if id(m) not in self.module_ids:  # else a submodule of a module moved in this call
+            job = _ModuleJob(name, m, dest, dest_of)
+            self._record_module(job, m)
+            self.modules[id(m)] = job
         self.items.append(item)
-        if id(m) in self.module_ids:
-            return  # a submodule of a module moved in this call: it moves with it
-        job = _ModuleJob(name, m, dest, dest_of)
-        self._record_module(job, m)
-        self.modules[id(m)] = job
 
     def _record_module(self, job: _ModuleJob, m: Any) -> None:
-        """Record every submodule's parameters and buffers as they are now, for rollback."""
+        """Record every submodule's parameters and buffers as they are now, for rollback.
+
+        Everything is read first and entered into the plan at the end, so a module that raises
+        while being read leaves the plan as it was (it is then skipped or refused)."""
+        subs: list[tuple[Any, list[tuple[str, Any]], list[tuple[str, Any]]]] = []
+        records: list[_ParamRecord] = []
+        buffers: list[tuple[Any, Any, Any, str]] = []
+        seen_subs: set[int] = set()
+        seen_params: set[int] = set()
         for sub in m.modules():
             sid = id(sub)
-            if sid in self.module_ids:
+            if sid in self.module_ids or sid in seen_subs:
                 continue
-            self.module_ids.add(sid)
-            params = list(sub._parameters.items())
-            buffers = list(sub._buffers.items())
-            job.subs.append((sub, params, buffers))
-            for _k, p in params:
-                if p is None or id(p) in self.param_records:
+            seen_subs.add(sid)
+            sub_params = list(sub._parameters.items())
+            sub_buffers = list(sub._buffers.items())
+            subs.append((sub, sub_params, sub_buffers))
+            for _k, p in sub_params:
+                if p is None or id(p) in self.param_records or id(p) in seen_params:
                     continue
-                record = _ParamRecord(p)
-                self.param_records[id(p)] = record
-                job.params.append(record)
-                self.param_dest[id(p)] = job.target_of(p)
-            for k, b in buffers:
+                seen_params.add(id(p))
+                records.append(_ParamRecord(p))
+            for k, b in sub_buffers:
                 if b is not None:
-                    job.buffers.append((_storage(b)[0], b, sub, k))
+                    buffers.append((_storage(b)[0], b, sub, k))
+        targets = [job.target_of(r.param) for r in records]
+        self.module_ids.update(seen_subs)
+        job.subs.extend(subs)
+        job.params.extend(records)
+        job.buffers.extend(buffers)
+        for record, target in zip(records, targets, strict=True):
+            self.param_records[id(record.param)] = record
+            self.param_dest[id(record.param)] = target
 
     def _add_optimizer(self, name: str, opt: Any, layout: Any) -> None:
         """Queue the optimizer's state to follow its parameters (undo: to go back)."""
@@ -952,11 +965,7 @@ class _Plan:
             where = self.dstr(dest) if dest is not None else "its original devices"
             self.skipped.append((name, f"already on {where}"))
             return
-        for t, want in planned:
-            if issubclass(type(t), parameter):
-                self._move_param_in_place(name, t, want)
-            else:
-                self._add_plain(t, name, want)
+        layout_now = [t.device for t in leaves]
         seen: set[Any] = set()
         nbytes = 0
         for t in leaves:
@@ -964,7 +973,11 @@ class _Plan:
             if key not in seen:
                 seen.add(key)
                 nbytes += snb
-        layout_now = [t.device for t in leaves]
+        for t, want in planned:
+            if issubclass(type(t), parameter):
+                self._move_param_in_place(name, t, want)
+            else:
+                self._add_plain(t, name, want)
         self.items.append(
             _Item(
                 name,
