@@ -944,3 +944,12 @@ def test_recurrent_modules_keep_their_parameters(target: str) -> None:
     if target != "meta":
         lstm(torch.randn(2, 1, 3, device=target))[0].sum().backward()
         opt.step()
+
+
+def test_what_was_already_on_the_target_is_not_reported_as_still_held() -> None:
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
+    model[1].to("meta")
+    ns = {"model": model}
+    result = move(ns, "meta")
+    assert result.ok and result.still_held_bytes == 0
+    assert result.bytes_moved == (8 * 8 + 8) * 4  # only the part that was on the cpu

@@ -1043,6 +1043,7 @@ class _Plan:
                         keep_tensors.append(t)
                         keep_devices.append(dev)
                 names, tensors, devices = keep_names, keep_tensors, keep_devices
+                distinct = set(devices)
             if not names:
                 continue
             try:
@@ -1087,7 +1088,7 @@ class _Plan:
             if names:
                 nbytes = list(map(_NBYTES, tensors))  # what .to() allocates for each
                 fs = _FastSet(dest, names, tensors, devices, storages, keys, nbytes)
-                fs.distinct = distinct if len(names) == n else set(devices)
+                fs.distinct = distinct if not special else set(devices)
                 self.fast_sets.append(fs)
 
     def _module_storage_keys(self) -> set[Any]:
@@ -1373,17 +1374,19 @@ class _Plan:
             s = members[0][3]
             if s is not None:
                 out[key] = s
-        for record in self.param_records.values():
-            for t in (record.data, record.grad_data):
-                if t is not None:
-                    key, _n, s = _storage(t)
+        for job in self.modules.values():
+            for record in job.params:
+                want = job.target_of(record.param)
+                for t in (record.data, record.grad_data):
+                    if t is not None and t.device != want:  # (what was already there stayed)
+                        key, _n, s = _storage(t)
+                        if s is not None:
+                            out.setdefault(key, s)
+            for key, b, _sub, _k in job.buffers:
+                if b.device != job.target_of(b):
+                    s = _storage(b)[2]
                     if s is not None:
                         out.setdefault(key, s)
-        for job in self.modules.values():
-            for key, b, _sub, _k in job.buffers:
-                s = _storage(b)[2]
-                if s is not None:
-                    out.setdefault(key, s)
         return [(s, key, int(s.nbytes())) for key, s in out.items()]
 
 
@@ -1773,9 +1776,9 @@ def _plan_move(
                 n for n in fast_names if type(n) is str and n[:1] != "_" and n not in book
             ]
             plan.fast[dest] = (fast_names, list(map(namespace.__getitem__, fast_names)))
-        for name, value in items:
+        for name, value in [(n, v) for n, v in items if type(v) is not tensor_type]:
             tp = type(value)
-            if tp is tensor_type or not isinstance(name, str) or name in book or name[:1] == "_":
+            if not isinstance(name, str) or name in book or name[:1] == "_":
                 continue
             if issubclass(tp, movable) or (
                 _container_kind(value) is not None and _has_tensor(value, 1, tensor_type)
