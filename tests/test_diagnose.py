@@ -768,9 +768,10 @@ def test_frame_locals_found_without_a_namespace_or_cell() -> None:
 
 def test_real_ipython_shell_cell_and_function_frames() -> None:
     pytest.importorskip("IPython")
-    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.testing.globalipapp import get_ipython
 
-    shell = InteractiveShell.instance()
+    # the suite's shared test shell: clearing the singleton would break later IPython tests
+    shell = get_ipython()
     try:
         shell.run_cell("import torch, torch.nn as nn", store_history=False)
         shell.run_cell(
@@ -785,7 +786,8 @@ def test_real_ipython_shell_cell_and_function_frames() -> None:
         assert exc is not None
         d = diagnose(exc, shell.user_ns, "train(model, xs)")
     finally:
-        InteractiveShell.clear_instance()
+        for name in ("train", "model", "xs", "nn"):
+            shell.user_ns.pop(name, None)
     assert d is not None
     assert names(d) == {"model": ("meta",), "xs": ("cpu",), "batch_X": ("cpu",)}
     assert next(c for c in d.culprits if c.name == "batch_X").where == "frame train"

@@ -234,6 +234,8 @@ def test_step_counters_on_cpu_are_not_a_mismatch():
         }
     record = tdm.scan({"opt": optimizer}).records[0]
     assert not record.mixed
+    # the row shows where the real state is, not the step counters' cpu
+    assert record.devices == ("meta",) and record.state_bytes == {"cpu": 8, "meta": 0}
 
 
 def test_unusual_tensors_do_not_crash_the_scan():

@@ -23,8 +23,8 @@ import weakref
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import chain, compress
-from operator import attrgetter, ne
+from itertools import chain, compress, repeat
+from operator import attrgetter, methodcaller, ne
 from types import MappingProxyType
 from typing import Any
 
@@ -264,6 +264,7 @@ _get_dtype = attrgetter("dtype")
 _get_shape = attrgetter("shape")
 _get_requires_grad = attrgetter("requires_grad")
 _get_grad = attrgetter("grad")
+_data_ptr = methodcaller("data_ptr")
 
 
 def _device_names_of(T: _Torch, tensors: list[Any]) -> list[str]:
@@ -410,20 +411,16 @@ def _module_signature(T: _Torch, submodules: list[Any]) -> tuple:
 
     Built with ``map``/``chain`` over C-level getters: the hook computes this after every cell.
     """
+    params, buffers = _module_tensors(submodules)
+    return _signature_of(submodules, [t for t in chain(params, buffers) if t is not None])
+
+
+def _signature_of(submodules: list[Any], tensors: list[Any]) -> tuple:
     children = chain.from_iterable(map(dict.values, map(_children_of, submodules)))
-    tensors = list(
-        filter(
-            _is_not_none,
-            chain(
-                chain.from_iterable(map(dict.values, map(_params_of, submodules))),
-                chain.from_iterable(map(dict.values, map(_buffers_of, submodules))),
-            ),
-        )
-    )
     return (
         tuple(map(id, children)),
         tuple(map(id, tensors)),
-        tuple(map(T.Tensor.data_ptr, tensors)),
+        tuple(map(_data_ptr, tensors)),
         tuple(map(id, map(_get_grad, tensors))),
     )
 
@@ -443,10 +440,12 @@ def _sum_by_device(devices: list[str], sizes: list[int]) -> dict[str, int]:
 def _module_entry(T: _Torch, module: Any, name: str) -> _Entry:
     storages: dict[tuple, tuple[str, int]] = {}
     submodules = _submodules(module)
-    params, buffers = _module_tensors(submodules)
+    all_params, all_buffers = _module_tensors(submodules)
+    present = [t for t in chain(all_params, all_buffers) if t is not None]
+    signature = _signature_of(submodules, present)
     # tied weights appear twice; each tensor counts once
-    params = list({id(p): p for p in params if p is not None}.values())
-    buffers = list({id(b): b for b in buffers if b is not None}.values())
+    params = list({id(p): p for p in all_params if p is not None}.values())
+    buffers = list({id(b): b for b in all_buffers if b is not None}.values())
     param_devices = _device_names_of(T, params)
     buffer_devices = _device_names_of(T, buffers)
     param_bytes = _sum_by_device(param_devices, _read_storages(T, params, param_devices, storages))
@@ -491,7 +490,7 @@ def _module_entry(T: _Torch, module: Any, name: str) -> _Entry:
         grad_bytes_by_device=grad_bytes,
     )
     refs = [weakref.ref(sub) for sub in submodules]
-    return _Entry(id(module), [record], storages, _module_signature(T, submodules), refs, True)
+    return _Entry(id(module), [record], storages, signature, refs, True)
 
 
 def _optimizer_params(optimizer: Any) -> list[Any]:
@@ -517,24 +516,33 @@ def _optimizer_entry(T: _Torch, optimizer: Any, name: str) -> _Entry:
     tensor_type = T.Tensor
     params = [p for p in _optimizer_params(optimizer) if isinstance(p, tensor_type)]
     param_device = dict(zip(map(id, params), _device_names_of(T, params), strict=True))
-    state_tensors: list[Any] = []
-    owners: list[int] = []
-    for param, state in optimizer.state.items():
-        if not isinstance(state, dict):
-            continue
-        for value in state.values():
-            if isinstance(value, tensor_type):
-                state_tensors.append(value)
-                owners.append(id(param))
+    state = optimizer.state
+    per_param = [value for value in state.values() if isinstance(value, dict)]
+    values = list(chain.from_iterable(map(dict.values, per_param)))
+    # which parameter each state value belongs to, for the misplaced-state check
+    owner_ids = list(
+        chain.from_iterable(
+            repeat(id(param), len(value))
+            for param, value in state.items()
+            if isinstance(value, dict)
+        )
+    )
+    is_tensor = [type(v) is tensor_type or isinstance(v, tensor_type) for v in values]
+    state_tensors = list(compress(values, is_tensor))
+    owners = list(compress(owner_ids, is_tensor))
     devices = _device_names_of(T, state_tensors)
     state_bytes = _sum_by_device(devices, _read_storages(T, state_tensors, devices, storages))
     misplaced = 0
+    real_devices: set[str] = set()
     for device, owner, value in zip(devices, owners, state_tensors, strict=True):
-        # torch keeps 0-dim ``step`` counters on the CPU on purpose; only real state counts.
-        if device != param_device.get(owner, device) and value.dim() > 0:
-            misplaced += 1
+        # torch keeps 0-dim ``step`` counters on the CPU on purpose: only real state counts,
+        # for the mismatch check and for the devices the row shows
+        if value.dim() > 0:
+            real_devices.add(device)
+            if device != param_device.get(owner, device):
+                misplaced += 1
     by_device = _bytes_by_device(storages)
-    devices_present = tuple(sorted(state_bytes, key=device_sort_key))
+    devices_present = tuple(sorted(real_devices or state_bytes, key=device_sort_key))
     parameter_devices = tuple(sorted(set(param_device.values()), key=device_sort_key))
     note = ""
     if misplaced:

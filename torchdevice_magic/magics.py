@@ -8,7 +8,6 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from IPython.display import display
 
 from .inventory import device_sort_key
 from .session import DeviceSession, cell_names
@@ -120,7 +119,7 @@ class DeviceMagics(Magics):
             {d for r in used.records if not r.hidden for d in r.devices}, key=device_sort_key
         )
         if not args.quiet and used.records:
-            display(used)
+            session.show(used)
         if len(spans) > 1:
             message = f"what this cell used spans {len(spans)} devices: {', '.join(spans)}"
             if args.strict:
@@ -178,9 +177,9 @@ class DeviceMagics(Magics):
         if not args.text and _widgets_render(self.shell):
             from .widget import DeviceTable
 
-            display(DeviceTable(self.session, include_hidden=args.hidden))
+            self.session.show(DeviceTable(self.session, include_hidden=args.hidden))
             return None
-        display(inventory)
+        self.session.show(inventory)
         return None
 
 

@@ -34,6 +34,8 @@ def _size(record: Record) -> str:
     if record.devices == ("meta",) or (record.bytes == 0 and record.would_need_bytes):
         return f"0 B (needs {format_bytes(record.would_need_bytes)})"
     text = format_bytes(record.bytes)
+    if record.would_need_bytes > record.bytes:  # some parts on meta: say what they would need
+        text += f" (+{format_bytes(record.would_need_bytes - record.bytes)} on meta)"
     if record.grad_bytes:
         text += f" + grad {format_bytes(record.grad_bytes)}"
     return text

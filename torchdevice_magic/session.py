@@ -111,7 +111,11 @@ class DeviceSession:
             return self.config.default_device
         from .moving import best_device
 
-        return best_device()
+        best = best_device()
+        # meta is only ever enabled to stand in for a missing accelerator: make it the default
+        if best == "cpu" and self.config.allow_meta_target:
+            return "meta"
+        return best
 
     # -- actions shared by the widget, the sidebar and %%devicecheck --to -------------------
     def move(
@@ -222,13 +226,17 @@ class DeviceSession:
 
         diagnosis = diagnose(error, self.namespace, cell, target=target)
         if diagnosis is not None:
-            from IPython.display import display
-
             # text for terminals and logs, escaped HTML where a notebook renders it
-            display(
-                {"text/plain": diagnosis.text(), "text/html": diagnosis._repr_html_()}, raw=True
-            )
+            self.publish({"text/plain": diagnosis.text(), "text/html": diagnosis._repr_html_()})
         return diagnosis
+
+    def show(self, obj: Any) -> None:
+        """Display through this session's own shell (not whichever shell is global)."""
+        data, metadata = self.shell.display_formatter.format(obj)
+        self.publish(data, metadata)
+
+    def publish(self, data: dict[str, Any], metadata: dict[str, Any] | None = None) -> None:
+        self.shell.display_pub.publish(data=data, metadata=metadata or {})
 
     def _warn_new_mixed(self, inventory: Inventory) -> None:
         for record in inventory.mixed_records():
