@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import importlib
 import types
+import warnings
 from typing import Any
 
 import pytest
@@ -953,3 +954,15 @@ def test_what_was_already_on_the_target_is_not_reported_as_still_held() -> None:
     result = move(ns, "meta")
     assert result.ok and result.still_held_bytes == 0
     assert result.bytes_moved == (8 * 8 + 8) * 4  # only the part that was on the cpu
+
+
+def test_a_tensor_the_target_cannot_hold_fails_the_whole_move_with_a_short_reason() -> None:
+    ns = make_namespace()
+    with warnings.catch_warnings():  # quantized tensors are deprecated, still found in the wild
+        warnings.simplefilter("ignore")
+        ns["q"] = torch.quantize_per_tensor(torch.ones(4), 0.1, 0, torch.qint8)  # no meta kernel
+    before = snapshot(ns)
+    result = move(ns, "meta")
+    assert not result.ok and (result.failed or "").startswith("q: NotImplementedError: ")
+    assert len(result.failed or "") < 300 and "\n" not in (result.failed or "")
+    assert_same(before, snapshot(ns))

@@ -172,6 +172,14 @@ def _one_line(text: object) -> str:
     return lines[0] if lines else ""
 
 
+def _reason(error: BaseException, limit: int = 240) -> str:
+    """``Type: first line of the message``, cut short (torch's dispatcher errors list every
+    backend on one very long line)."""
+    text = _one_line(error)
+    reason = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return reason if len(reason) <= limit else reason[: limit - 1].rstrip() + "…"
+
+
 def format_bytes(n: int) -> str:
     """``1536`` -> ``'1.5 KiB'``; plain bytes below 1 KiB."""
     if n < 1024:
@@ -761,8 +769,7 @@ class _Plan:
         except MoveError:
             raise
         except Exception as e:  # a broken object: skipped (or refused when named), never fatal
-            reason = f"{type(e).__name__}: {_one_line(e)}" if _one_line(e) else type(e).__name__
-            self.skip_or_refuse(name, f"{name} could not be planned: {reason}")
+            self.skip_or_refuse(name, f"{name} could not be planned: {_reason(e)}")
 
     def _add_tensor(self, name: str, t: Any, dest: Any) -> None:
         dev = t.device
@@ -1178,7 +1185,7 @@ class _Plan:
             problems = self._rollback(state)
             if not isinstance(e, Exception):
                 raise  # Ctrl-C: the namespace is back as it was; let the interrupt through
-            reason = f"{type(e).__name__}: {_one_line(e)}" if _one_line(e) else type(e).__name__
+            reason = _reason(e)
             failed = f"{state.current}: {reason}" if state.current else reason
             if problems:
                 failed += f" (and could not restore {', '.join(problems)})"
