@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import collections
 import importlib
+import subprocess
+import sys
 import types
 import warnings
 from typing import Any
@@ -966,3 +968,15 @@ def test_a_tensor_the_target_cannot_hold_fails_the_whole_move_with_a_short_reaso
     assert not result.ok and (result.failed or "").startswith("q: NotImplementedError: ")
     assert len(result.failed or "") < 300 and "\n" not in (result.failed or "")
     assert_same(before, snapshot(ns))
+
+
+def test_importing_the_engine_imports_neither_torch_nor_ipython() -> None:
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('m', {moving.__file__!r})\n"
+        "m = importlib.util.module_from_spec(spec); sys.modules['m'] = m\n"
+        "spec.loader.exec_module(m)\n"
+        "print(sorted({'torch', 'IPython', 'ipywidgets'} & set(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

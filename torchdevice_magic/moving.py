@@ -1032,10 +1032,15 @@ class _Plan:
         torch = self.torch
         taken = {key for key, _dest in self.groups} | self._module_storage_keys()
         buckets, self.fast = self.fast, {}
+        cpu = torch.device("cpu")
         for dest, (names, tensors) in buckets.items():
             label = self.dstr(dest)
-            devices = list(map(_DEVICE, tensors))
-            distinct = set(devices)
+            if all(map(_IS_CPU, tensors)):  # the common case, without a device object each
+                devices = [cpu] * len(tensors)
+                distinct = {cpu}
+            else:
+                devices = list(map(_DEVICE, tensors))
+                distinct = set(devices)
             if dest in distinct or (
                 dest.type != "meta" and any(d.type == "meta" for d in distinct)
             ):
@@ -1225,11 +1230,15 @@ class _Plan:
 
     def _fast_items(self, fs: _FastSet) -> Iterable[MovedItem]:
         froms = {d: (self.dstr(d),) for d in fs.distinct}
+        if len(froms) == 1:
+            sources: Iterable[tuple[str, ...]] = repeat(next(iter(froms.values())))
+        else:
+            sources = map(froms.__getitem__, fs.devices)
         fields = zip(
             fs.names,
             repeat("tensor"),
             fs.nbytes,
-            map(froms.__getitem__, fs.devices),
+            sources,
             repeat(self.dstr(fs.dest)),
             strict=False,  # repeat() is endless
         )
@@ -1434,6 +1443,7 @@ class _FastSet:
 
 
 _DEVICE = attrgetter("device")
+_IS_CPU = attrgetter("is_cpu")
 _REQUIRES_GRAD = attrgetter("requires_grad")
 _GRAD = attrgetter("grad")
 _NBYTES = attrgetter("nbytes")
@@ -1775,13 +1785,14 @@ def _plan_move(
     else:
         movable = (tensor_type, module_type, optim_type)
         book = _BOOKKEEPING
-        items = list(namespace.items())
+        items = namespace.items()
         # Plain tensors are the bulk of a big namespace: picked out with comprehensions.
-        fast_names = [n for n, v in items if type(v) is tensor_type]
+        fast_names = [
+            n
+            for n, v in items
+            if type(v) is tensor_type and type(n) is str and n[:1] != "_" and n not in book
+        ]
         if fast_names:
-            fast_names = [
-                n for n in fast_names if type(n) is str and n[:1] != "_" and n not in book
-            ]
             plan.fast[dest] = (fast_names, list(map(namespace.__getitem__, fast_names)))
         for name, value in [(n, v) for n, v in items if type(v) is not tensor_type]:
             tp = type(value)
@@ -1791,7 +1802,6 @@ def _plan_move(
                 _container_kind(value) is not None and _has_tensor(value, 1, tensor_type)
             ):
                 selected.append((name, value))
-        del items
     # Modules first (Parameters named on their own then see they move with them), then the
     # rest; optimizers last, because their state follows wherever their parameters end up.
     for name, value in selected:
