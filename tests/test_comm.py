@@ -141,8 +141,9 @@ def test_bad_requests_get_an_error_reply_and_change_nothing(channel, shell, requ
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
     max_leaves=12,
 )
 message_shapes = st.one_of(
@@ -160,7 +161,9 @@ message_shapes = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(message_shapes)
 def test_fuzzed_messages_never_raise_and_unsafe_ones_change_nothing(channel, shell, data):
     before = state(shell)

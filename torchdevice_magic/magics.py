@@ -127,8 +127,7 @@ class DeviceMagics(Magics):
             print(f"⚠ {message}")
 
     def _checked_device(self, text: str, option: str) -> str:
-        from .moving import MoveError
-        from .moving import _resolve_device as resolve_device
+        from .moving import MoveError, resolve_device
 
         try:
             # typed by the user: meta is allowed here (the config gate is for one-click moves)

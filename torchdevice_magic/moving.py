@@ -62,6 +62,7 @@ if TYPE_CHECKING:  # torch is imported inside functions: importing this module m
     import torch
 
 __all__ = [
+    "resolve_device",
     "MoveError",
     "MoveResult",
     "MovedItem",
@@ -260,6 +261,12 @@ def _resolve_device(device: Any, allow_meta: bool) -> torch.device:
             raise MoveError(f"xpu:{index} does not exist; this kernel sees {seen}")
         return torch.device("xpu", index)
     raise MoveError(f"moving to {kind} devices is not supported; use cpu, cuda, mps, xpu or meta")
+
+
+def resolve_device(device: Any, allow_meta: bool) -> torch.device:
+    """The device a user typed, validated: it parses and exists in this kernel (MoveError with
+    one line otherwise). Never initialises CUDA."""
+    return _resolve_device(device, allow_meta)
 
 
 def available_devices(allow_meta: bool) -> list[tuple[str, bool, str]]:
