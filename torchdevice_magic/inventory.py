@@ -972,8 +972,13 @@ def scan(
     include_hidden: bool = False,
     previous: Inventory | None = None,
     changed: Iterable[str] = (),
+    recheck: bool = True,
 ) -> Inventory:
     """Inventory of the tensors, modules, optimizers and tensor containers in ``namespace``.
+
+    ``recheck=False``: the caller knows nothing could have reached a module or an optimizer
+    since ``previous`` (the hook decides this from the names a cell mentions), so their
+    signatures are not computed again; rebound and ``changed`` names still are.
 
     ``previous``: the last Inventory of the same namespace. Only names bound to a different
     object since then, names in ``changed`` (the hook passes the names a cell assigned, which
@@ -994,11 +999,11 @@ def scan(
         snapshot = dict(namespace.items())
         keys, ids, namespace = list(snapshot), list(map(id, snapshot.values())), snapshot
     if previous is not None and previous.torch_imported and previous._keys:
-        entries, volatile = _rescan(T, namespace, keys, ids, previous, changed)
+        entries, volatile = _rescan(T, namespace, keys, ids, previous, changed, recheck)
     else:
         entries, volatile = _full_scan(T, namespace)
     hidden = _hidden_entries(T, namespace, entries) if include_hidden else {}
-    return Inventory(
+    inventory = Inventory(
         entries,
         keys,
         ids,
@@ -1009,6 +1014,11 @@ def scan(
         torch=T,
         record_cache=previous._record_cache if previous is not None else None,
     )
+    if previous is not None and previous._owned_keys is not None:
+        before, after = previous._entries, entries
+        if volatile == previous._volatile and all(before.get(n) is after.get(n) for n in volatile):
+            inventory._owned_keys = previous._owned_keys  # no module or optimizer changed
+    return inventory
 
 
 def _full_scan(T: _Torch, namespace: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]]:
@@ -1043,6 +1053,7 @@ def _rescan(
     ids: list[int],
     previous: Inventory,
     changed: Iterable[str],
+    recheck: bool = True,
 ) -> tuple[dict[str, Any], set[str]]:
     entries = dict(previous._entries)
     volatile = set(previous._volatile)
@@ -1064,7 +1075,7 @@ def _rescan(
     forced = [n for n in changed if n in entries and not _entry_volatile(entries[n])]
     stale = list(dict.fromkeys(chain(stale, forced)))
     stale_set = set(stale)
-    for name in list(volatile):
+    for name in list(volatile) if recheck else ():
         if name not in stale_set and not _still_same(T, entries[name], namespace.get(name)):
             stale.append(name)
     for name in stale:
@@ -1153,6 +1164,7 @@ class Inventory:
         self._built: list[tuple[Any, list[Record]]] | None = None
         self._totals: dict[str, int] | None = None
         self._storages: dict[tuple, tuple[str, int]] | None = None
+        self._owned_keys: set[tuple] | None = None
 
     # -- records -----------------------------------------------------------------------------
     @property
@@ -1300,16 +1312,35 @@ class Inventory:
             )
         return rows
 
+    def held_by_modules(self, name: str) -> bool:
+        """Whether this name's tensor shares a storage with a module or optimizer here (a
+        buffer or parameter under another name: changing it in place changes the module)."""
+        entry = self._entries.get(name)
+        if entry is None:
+            return False
+        keys = _entry_storages(entry).keys()
+        return not self._module_keys().isdisjoint(keys)
+
+    def _module_keys(self) -> set[tuple]:
+        if self._owned_keys is None:
+            owned: set[tuple] = set()
+            for name in self._volatile:
+                entry = self._entries.get(name)
+                if entry is not None and type(entry) is not tuple:
+                    owned.update(entry.storages)
+            self._owned_keys = owned
+        return self._owned_keys
+
     def mixed_records(self) -> list[Record]:
         """Modules spanning devices and optimizers whose state sits away from its parameters.
-        Cheap: plain tensors (most entries) can't be mixed, so their records are not built."""
-        return [
-            record
-            for entry in self._entries.values()
-            if type(entry) is not tuple
-            for record in entry.records
-            if record.mixed
-        ]
+        Cheap: only modules and optimizers (always among the volatile names) are looked at."""
+        entries = self._entries
+        mixed = []
+        for name in self._volatile:
+            entry = entries.get(name)
+            if entry is not None and type(entry) is not tuple:
+                mixed.extend(record for record in entry.records if record.mixed)
+        return mixed
 
     def subset(self, names: Iterable[str]) -> Inventory:
         """The inventory of just these top-level names (what a cell read or created)."""

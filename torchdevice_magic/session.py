@@ -14,6 +14,7 @@ import sys
 import time
 import weakref
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from traitlets import Bool, Int, Unicode
@@ -79,12 +80,13 @@ class DeviceSession:
     def namespace(self) -> dict[str, Any]:
         return self.shell.user_ns
 
-    def rescan(self, changed: tuple[str, ...] | list[str] = ()) -> Inventory:
+    def rescan(self, changed: tuple[str, ...] | list[str] = (), recheck: bool = True) -> Inventory:
         self.inventory = scan(
             self.namespace,
             include_hidden=self.config.include_hidden,
             previous=self.inventory if self.inventory is not None else None,
             changed=changed,
+            recheck=recheck,
         )
         return self.inventory
 
@@ -212,7 +214,9 @@ class DeviceSession:
 
     def _after_cell(self, result: Any) -> None:
         cell = getattr(getattr(result, "info", None), "raw_cell", None) or ""
-        inventory = self.rescan(cell_names(cell, self.shell))
+        names = cell_names(cell, self.shell)
+        only_data = touches_only_data(names, self.namespace, self.inventory)
+        inventory = self.rescan(names, recheck=not only_data)
         error = getattr(result, "error_in_exec", None)
         if error is not None and self.config.auto_diagnose and not self.suppress_auto_diagnosis:
             self.show_diagnosis(error, cell)
@@ -287,6 +291,46 @@ def cell_names(cell: str, shell: Any = None) -> tuple[str, ...]:
         except Exception:
             continue
     return ()
+
+
+#: Builtins that reach objects by name or run arbitrary code: a cell using one may have
+#: touched any module or optimizer.
+_REFLECTIVE_BUILTINS = frozenset(
+    {"eval", "exec", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr"}
+    | {"__import__", "breakpoint", "get_ipython", "exit", "quit", "open", "input", "help"}
+)
+_PLAIN_VALUE_TYPES = (int, float, complex, str, bytes, bool, type(None))
+
+
+def touches_only_data(
+    names: tuple[str, ...], namespace: dict[str, Any], inventory: Inventory | None
+) -> bool:
+    """Whether a cell that mentions only these global names cannot have reached a module or an
+    optimizer: Python code changes an object only through a reference to it, so if every name
+    is a plain value, a plain tensor that cannot backpropagate, or torch's own modules, and no
+    reflective builtin is used, then no module's parameters or optimizer's state can have
+    moved. The hook then skips their signature checks (the costly part of a rescan)."""
+    torch = sys.modules.get("torch")
+    if torch is None or inventory is None:
+        return False
+    tensor_type = torch.Tensor
+    for name in names:
+        if name in _REFLECTIVE_BUILTINS:
+            return False
+        if name not in namespace:
+            continue  # an attribute name, a harmless builtin, or a name the cell deleted
+        value = namespace[name]
+        kind = type(value)
+        if kind in _PLAIN_VALUE_TYPES:
+            continue
+        if kind is tensor_type and not value.requires_grad and not inventory.held_by_modules(name):
+            # plain data: backward() needs requires_grad, a Parameter is not this type, and
+            # its storage is no module's buffer (whose .data a cell could swap)
+            continue
+        if kind is ModuleType and value.__name__.partition(".")[0] == "torch":
+            continue  # torch's functions reach a model only through arguments, named here
+        return False
+    return True
 
 
 # -- loading and unloading ----------------------------------------------------------------------
