@@ -328,12 +328,18 @@ describe('requests from the buttons', () => {
   });
 
   it('the select changes the target of Move all and of the row buttons', async () => {
-    // Any fixture with two enabled targets will do.
+    // A fixture with a second enabled target that some movable row is not on yet.
+    const hasWork = (s: ISnapshot, device: string): boolean =>
+      s.rows.some(r => r.movable && (r.mixed || r.device !== device));
     const snapshot = fixtureNames()
       .map(loadFixture)
-      .find(s => s.targets.filter(t => t.enabled).length > 1)!;
+      .find(s =>
+        s.targets.some(t => t.enabled && t.device !== s.default_target && hasWork(s, t.device))
+      )!;
     const h = await show(snapshot);
-    const other = snapshot.targets.find(t => t.enabled && t.device !== h.panel.target)!.device;
+    const other = snapshot.targets.find(
+      t => t.enabled && t.device !== h.panel.target && hasWork(snapshot, t.device)
+    )!.device;
     selectTarget(h.panel, other);
     expect(h.panel.target).toBe(other);
     const moveAll = q<HTMLButtonElement>(h.panel.node, 'button.jp-TorchDevices-moveAll');
