@@ -333,3 +333,22 @@ def test_devices_hidden_shows_output_history(ip):
 def test_devices_bad_option_is_a_usage_error(ip):
     result, _, _ = run(ip, "%devices --nope")
     assert isinstance(result.error_in_exec, UsageError)
+
+
+def test_devicecheck_composes_with_time_both_ways(ip):
+    run(ip, "import torch\nx = torch.ones(3)")
+    result, printed, _ = run(ip, "%%devicecheck --quiet\n%%time\ny = x * 2")
+    assert result.success and "Wall time" in printed
+    assert ip.user_ns["y"].tolist() == [2.0, 2.0, 2.0]
+    result, printed, _ = run(ip, "%%time\n%%devicecheck --quiet\nz = x * 3")
+    assert result.success and "Wall time" in printed
+    assert ip.user_ns["z"].tolist() == [3.0, 3.0, 3.0]
+
+
+def test_devicecheck_output_and_display_reach_the_cell(ip):
+    run(ip, "import torch\nx = torch.ones(3)")
+    result, printed, shown = run(
+        ip,
+        "%%devicecheck --quiet\nprint('hello from the cell')\nfrom IPython.display import display\ndisplay('shown')",
+    )
+    assert result.success and "hello from the cell" in printed and "'shown'" in shown
