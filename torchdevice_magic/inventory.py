@@ -991,17 +991,18 @@ def scan(
     T = _Torch(torch)
     try:
         if type(namespace) is dict:  # values() follows keys() order in a plain dict
-            keys, ids = list(namespace), list(map(id, namespace.values()))
+            keys, values = list(namespace), list(namespace.values())
         else:
             keys = list(namespace)
-            ids = list(map(id, map(namespace.__getitem__, keys)))
+            values = list(map(namespace.__getitem__, keys))
     except Exception:  # a Mapping that changed while we read it: take a snapshot
         snapshot = dict(namespace.items())
-        keys, ids, namespace = list(snapshot), list(map(id, snapshot.values())), snapshot
+        keys, values, namespace = list(snapshot), list(snapshot.values()), snapshot
+    ids = list(map(id, values))
     if previous is not None and previous.torch_imported and previous._keys:
         entries, volatile = _rescan(T, namespace, keys, ids, previous, changed, recheck)
     else:
-        entries, volatile = _full_scan(T, namespace)
+        entries, volatile = _full_scan(T, keys, values)
     hidden = _hidden_entries(T, namespace, entries) if include_hidden else {}
     inventory = Inventory(
         entries,
@@ -1021,21 +1022,21 @@ def scan(
     return inventory
 
 
-def _full_scan(T: _Torch, namespace: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]]:
-    entries: dict[str, Any] = {}
-    plain_names: list[str] = []
-    plain_tensors: list[Any] = []
+def _full_scan(T: _Torch, keys: list[str], values: list[Any]) -> tuple[dict[str, Any], set[str]]:
     tensor_type, parameter_type = T.Tensor, T.Parameter
+    kinds = list(map(type, values))
+    # Plain tensors and Parameters, most of a namespace, are picked out column-wise.
+    plain = [kind is tensor_type or kind is parameter_type for kind in kinds]
+    plain_names = list(compress(keys, plain))
+    plain_tensors = list(compress(values, plain))
+    if any(map(_maybe_bookkeeping, plain_names)):  # `_`, `_12`... can hold a tensor
+        keep = [not is_ipython_bookkeeping(name) for name in plain_names]
+        plain_names = list(compress(plain_names, keep))
+        plain_tensors = list(compress(plain_tensors, keep))
+    entries: dict[str, Any] = {}
     volatile: set[str] = set()
-    for name, value in namespace.items():
-        tp = type(value)
-        if tp is tensor_type or tp is parameter_type:
-            if (name[:1] != "_" and name not in IPYTHON_NAMES) or not is_ipython_bookkeeping(name):
-                plain_names.append(name)
-                plain_tensors.append(value)
-                entries[name] = None  # keeps the namespace's order; filled in below
-            continue
-        if is_ipython_bookkeeping(name):
+    for name, value, is_plain in zip(keys, values, plain, strict=True):
+        if is_plain or is_ipython_bookkeeping(name):
             continue
         entry = _inspect(T, name, value)
         if entry is not None:
@@ -1044,6 +1045,10 @@ def _full_scan(T: _Torch, namespace: Mapping[str, Any]) -> tuple[dict[str, Any],
                 volatile.add(name)
     volatile.update(_batch_tensor_facts(T, plain_names, plain_tensors, entries))
     return entries, volatile
+
+
+def _maybe_bookkeeping(name: str) -> bool:
+    return name[:1] == "_" or name in IPYTHON_NAMES
 
 
 def _rescan(
