@@ -484,3 +484,13 @@ def test_a_namespace_without_torch_gives_an_empty_inventory_that_renders():
     assert inventory.records == [] and inventory.totals() == {}
     assert "torch is not imported" in repr(inventory)
     protocol.check_snapshot(inventory.to_json())
+
+
+def test_records_follow_the_namespace_order():
+    namespace = {
+        "model": torch.nn.Linear(2, 2),
+        "a": torch.ones(1),
+        "batch": {"x": torch.ones(2)},
+        "b": torch.ones(3),
+    }
+    assert [r.name for r in tdm.scan(namespace).records] == ["model", "a", "batch['x']", "b"]

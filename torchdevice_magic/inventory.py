@@ -1044,7 +1044,8 @@ def _full_scan(T: _Torch, keys: list[str], values: list[Any]) -> tuple[dict[str,
             if _entry_volatile(entry):
                 volatile.add(name)
     volatile.update(_batch_tensor_facts(T, plain_names, plain_tensors, entries))
-    return entries, volatile
+    # the namespace's own order (definition order): the DataFrame and the views follow it
+    return {name: entries[name] for name in keys if name in entries}, volatile
 
 
 def _maybe_bookkeeping(name: str) -> bool:
