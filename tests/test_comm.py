@@ -101,10 +101,13 @@ def test_move_and_undo(channel, shell):
     assert shell.user_ns["x"].device.type == "meta"
     assert shell.user_ns["model"].weight.device.type == "cpu"
     row = next(r for r in snapshots[-1]["rows"] if r["name"] == "x")
-    assert row["device"] == "meta" and snapshots[-1]["can_undo"]
+    assert row["device"] == "meta"
+    # meta keeps no data: the move says so and nothing is offered for undo
+    assert replies[0]["message"].endswith("(cannot be undone: meta keeps no data)")
+    assert not snapshots[-1]["can_undo"]
 
     replies, _ = fake.request({"type": "undo", "request_id": "u1"})
-    assert not replies[0]["ok"] and "meta" in replies[0]["message"]  # meta keeps no data
+    assert not replies[0]["ok"] and replies[0]["message"] == "nothing to undo"
 
 
 def test_move_everything(channel, shell):

@@ -8,7 +8,6 @@ second device with data where undo and per-parameter restores need one.
 from __future__ import annotations
 
 import collections
-import importlib
 import subprocess
 import sys
 import types
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import lazy_backend_or_skip
 from torch import nn
 
 import torchdevice_magic.moving as moving
@@ -763,7 +763,7 @@ def test_still_held_bytes_counts_old_tensors_kept_elsewhere() -> None:
 def test_undo_from_meta_is_refused() -> None:
     ns = make_namespace()
     result = move(ns, "meta")
-    assert result.can_undo
+    assert not result.can_undo  # meta keeps no data
     with pytest.raises(MoveError, match="^cannot undo a move to meta: meta tensors keep no data$"):
         result.undo()
 
@@ -836,21 +836,12 @@ def _spanning_undo(other: str) -> None:
     )
 
 
-_LAZY: list[str] = []  # "" once the backend is up, else why not (init() runs once per process)
 
 
 @pytest.fixture
 def lazy(monkeypatch: pytest.MonkeyPatch) -> str:
     """torch's TorchScript lazy backend: a second device with data on a CPU-only machine."""
-    if not _LAZY:
-        try:
-            importlib.import_module("torch._lazy.ts_backend").init()
-            torch.ones(1).to("lazy").cpu()
-            _LAZY.append("")
-        except Exception as e:  # pragma: no cover - depends on the torch build
-            _LAZY.append(f"lazy backend unavailable: {e}")
-    if _LAZY[0]:
-        pytest.skip(_LAZY[0])
+    lazy_backend_or_skip()
     real = moving._resolve_device
     monkeypatch.setattr(
         moving,

@@ -125,7 +125,8 @@ class SidebarChannel:
                 result = session.move(request.device, names)
         except MoveError as error:
             return False, str(error), {"action": request.type, "ok": False, "message": str(error)}
-        return result.ok, result.summary(), session.last_action
+        outcome = session.last_action
+        return result.ok, outcome["message"] if outcome else result.summary(), outcome
 
     def _checked_names(self, names: tuple[str, ...] | None) -> list[str] | None:
         from .moving import MoveError

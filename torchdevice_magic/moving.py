@@ -124,7 +124,8 @@ class MoveResult:
 
     @property
     def can_undo(self) -> bool:
-        return self._undo is not None and not self._undo.used
+        """False for a move to meta (meta keeps no data), a failed move, or one undone."""
+        return self._undo is not None and not self._undo.used and not self._undo.to_meta
 
     def summary(self) -> str:
         """One line for a status bar, e.g. ``Moved 3 objects (1.2 MiB) to meta in 4 ms``."""

@@ -141,9 +141,15 @@ class DeviceSession:
             allow_meta=self.config.allow_meta_target if allow_meta is None else allow_meta,
             progress=progress,
         )
+        summary = result.summary()
         if result.ok and result.moved:
-            self.undo_stack.append(result)
-        self.last_action = _outcome("move", result.ok, result.summary())
+            if result.can_undo:
+                self.undo_stack.append(result)
+            else:
+                # nothing moved to meta can come back, so no earlier move can be undone either
+                self.undo_stack.clear()
+                summary += " (cannot be undone: meta keeps no data)"
+        self.last_action = _outcome("move", result.ok, summary)
         self.after_action()
         return result
 

@@ -567,7 +567,9 @@ class DeviceTable(widgets.VBox):
             self._set_status(result.summary(), error=True)
             return
         self._end_progress(True)
-        text = result.summary()
+        # the session's outcome line: the summary plus what the user must know (e.g. undo)
+        action = self.session.last_action
+        text = action["message"] if action else result.summary()
         reasons = [why for _, why in result.skipped if not why.startswith("already on")]
         if reasons:
             more = f" (+{len(reasons) - 3} more)" if len(reasons) > 3 else ""

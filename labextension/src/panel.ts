@@ -148,13 +148,25 @@ export function filterRows(rows: IRow[], query: string): IRow[] {
 }
 
 /** The target the panel starts with: the user's pick, else the kernel's default, else the first enabled one. */
-export function chooseTarget(snapshot: ISnapshot, current: string | null): string | null {
+/**
+ * The target to show: the one the user picked while it stays available; otherwise the
+ * kernel's default (which changes with config, e.g. when meta is enabled); otherwise the
+ * current one, or the first enabled target.
+ */
+export function chooseTarget(
+  snapshot: ISnapshot,
+  current: string | null,
+  picked = false
+): string | null {
   const enabled = snapshot.targets.filter(t => t.enabled).map(t => t.device);
-  if (current !== null && enabled.includes(current)) {
+  if (picked && current !== null && enabled.includes(current)) {
     return current;
   }
   if (snapshot.default_target !== null && enabled.includes(snapshot.default_target)) {
     return snapshot.default_target;
+  }
+  if (current !== null && enabled.includes(current)) {
+    return current;
   }
   return enabled.length > 0 ? enabled[0] : null;
 }
@@ -189,12 +201,15 @@ export class DevicePanel extends Widget {
   setConnection(connection: DeviceConnection | null, label = ''): void {
     if (this._connection !== connection) {
       this._connection?.changed.disconnect(this._render, this);
-      if (this._connection) {
+      if (this._connection && this._picked) {
         this._targets.set(this._connection, this._target);
       }
       this._connection = connection;
       this._connection?.changed.connect(this._render, this);
-      this._target = connection ? (this._targets.get(connection) ?? null) : null;
+      // a notebook remembers only a target the user picked there
+      const remembered = connection ? this._targets.get(connection) : undefined;
+      this._picked = remembered !== undefined;
+      this._target = remembered ?? null;
       this._page = 0;
       this._targetsKey = '';
     }
@@ -298,6 +313,7 @@ export class DevicePanel extends Widget {
     });
     this._targetSelect.addEventListener('change', () => {
       this._target = this._targetSelect.value || null;
+      this._picked = true;
       this._render();
     });
     this._filterInput.addEventListener('input', () => {
@@ -446,7 +462,7 @@ export class DevicePanel extends Widget {
   }
 
   private _renderTargets(snapshot: ISnapshot): void {
-    this._target = chooseTarget(snapshot, this._target);
+    this._target = chooseTarget(snapshot, this._target, this._picked);
     const key = JSON.stringify(snapshot.targets);
     if (key !== this._targetsKey) {
       this._targetsKey = key;
@@ -673,6 +689,7 @@ export class DevicePanel extends Widget {
   private _rowsKey: unknown[] = [];
   private _targets = new WeakMap<DeviceConnection, string | null>();
   private _target: string | null = null;
+  private _picked = false;
   private _targetsKey = '';
   private _sortKey: SortKey = 'size';
   private _sortDirection: SortDirection = 'desc';

@@ -6,7 +6,7 @@ import { formatBytes, formatShape } from '../format';
 import { DevicePanel, PAGE_SIZE, rowNeedsMove } from '../panel';
 import { PROTOCOL_NAME, PROTOCOL_VERSION } from '../protocol';
 import type { IRow, ISnapshot } from '../protocol';
-import { connectedPanel, fixtureNames, IHarness, loadFixture, q, rowNames } from './fakes';
+import { connectedPanel, fixtureNames, flush, IHarness, loadFixture, q, rowNames } from './fakes';
 
 let harness: IHarness | null = null;
 
@@ -556,5 +556,25 @@ describe('the status line', () => {
     const h = await show(snapshot);
     h.comm.receive({ ...snapshot, seq: snapshot.seq - 1, rows: [] });
     expect(rowNames(h.panel)).toHaveLength(snapshot.rows.length);
+  });
+});
+
+describe('the target follows the kernel until the user picks one', () => {
+  it('follows a new default_target, then keeps the user pick', async () => {
+    const base = loadFixture('basic');
+    const targets = base.targets.map(t => ({ ...t, enabled: t.device === 'cpu' || t.enabled }));
+    const first: ISnapshot = { ...base, seq: 1, targets, default_target: 'cpu' };
+    const h = await show(first);
+    expect(h.panel.target).toBe('cpu');
+
+    // e.g. %config TorchDeviceMagic.allow_meta_target = True: the kernel's default moves
+    h.comm.receive({ ...first, seq: 2, default_target: 'meta' });
+    await flush();
+    expect(h.panel.target).toBe('meta');
+
+    selectTarget(h.panel, 'cpu');
+    h.comm.receive({ ...first, seq: 3, default_target: 'meta' });
+    await flush();
+    expect(h.panel.target).toBe('cpu'); // the user's pick stays while it is available
   });
 });
