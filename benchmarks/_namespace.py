@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 from typing import Any
@@ -59,12 +60,62 @@ def floor_scan(namespace: dict[str, Any]) -> set[tuple[int, int]]:
 
 
 def median_seconds(function: Callable[[], object], repeats: int = 31, warmup: int = 3) -> float:
+    """Median wall time of ``function``. Like ``timeit``, the cyclic garbage collector is off
+    while timing: a full collection over the ~300k objects torch and IPython hold lands at
+    random inside some samples and would measure the collector, not the code (the floor and
+    the code under test are measured the same way)."""
     for _ in range(warmup):
         function()
     samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        samples.append(time.perf_counter() - start)
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            start = time.perf_counter()
+            function()
+            samples.append(time.perf_counter() - start)
+    finally:
+        if was_enabled:
+            gc.enable()
     samples.sort()
     return samples[len(samples) // 2]
+
+
+def median_ratio(
+    function: Callable[[], object],
+    baseline: Callable[[], object],
+    rounds: int = 31,
+    before_each: Callable[[], object] | None = None,
+) -> tuple[float, float, float]:
+    """Interleave ``baseline`` and ``function`` (garbage collector off, as in
+    :func:`median_seconds`) and return (median of the per-round ratios, median function time,
+    median baseline time). Interleaving cancels the slow drifts of a shared virtual machine,
+    which move both figures together."""
+    for _ in range(3):
+        if before_each:
+            before_each()
+        function()
+        baseline()
+    ratios, times, floors = [], [], []
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            start = time.perf_counter()
+            baseline()
+            floor = time.perf_counter() - start
+            if before_each:
+                before_each()
+            start = time.perf_counter()
+            function()
+            took = time.perf_counter() - start
+            ratios.append(took / floor)
+            times.append(took)
+            floors.append(floor)
+    finally:
+        if was_enabled:
+            gc.enable()
+    middle = rounds // 2
+    return sorted(ratios)[middle], sorted(times)[middle], sorted(floors)[middle]
