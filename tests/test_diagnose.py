@@ -1321,15 +1321,13 @@ def test_user_frame_classification() -> None:
 
 
 def test_module_is_pure_and_lazy_about_torch() -> None:
-    """diagnose.py imports neither IPython/ipywidgets nor torch (loaded standalone)."""
+    """diagnose imports neither IPython/ipywidgets nor torch (in a fresh interpreter)."""
     path = Path(__file__).resolve().parents[1] / "torchdevice_magic" / "diagnose.py"
     code = textwrap.dedent(
         f"""
-        import importlib.util, sys
-        spec = importlib.util.spec_from_file_location("tdm_diagnose", {str(path)!r})
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["tdm_diagnose"] = mod
-        spec.loader.exec_module(mod)
+        import sys
+        sys.path.insert(0, {str(path.parents[1])!r})
+        import torchdevice_magic.diagnose as mod
         bad = [m for m in ("torch", "IPython", "ipywidgets") if m in sys.modules]
         assert not bad, bad
         d = mod.diagnose(RuntimeError(

@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .units import device_sort_key, format_bytes
+
 __all__ = [
     "Culprit",
     "Diagnosis",
@@ -733,19 +735,6 @@ class Diagnosis:
         }
 
 
-def format_bytes(n: int) -> str:
-    """``12`` -> ``"12 B"``, ``1536`` -> ``"1.5 KiB"``."""
-    try:
-        value = float(n)
-    except Exception:
-        return "? B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"  # pragma: no cover - loop always returns
-
-
 def _shown_bytes(c: Culprit) -> int:
     # Meta objects occupy nothing; show what they would need, which is what matters when
     # deciding which side to move.
@@ -810,15 +799,11 @@ class _Info:
 
     @property
     def devices(self) -> tuple[str, ...]:
-        return tuple(sorted(self.by_device, key=_device_sort_key))
+        return tuple(sorted(self.by_device, key=device_sort_key))
 
     @property
     def needed(self) -> int:
         return sum(self.by_device.values())
-
-
-def _device_sort_key(dev: str) -> tuple[int, str]:
-    return (0 if dev == "cpu" else 1 if dev != "meta" else 2, dev)
 
 
 def _tensor_sizes(t: Any) -> tuple[str, int, int]:

@@ -28,7 +28,7 @@ from operator import attrgetter, methodcaller, ne
 from types import MappingProxyType
 from typing import Any
 
-from .units import format_bytes
+from .units import device_sort_key, format_bytes
 
 #: IPython's own bookkeeping: never user objects (``Out`` is looked at only with include_hidden).
 IPYTHON_NAMES = frozenset(
@@ -752,13 +752,6 @@ def _bytes_by_device(storages: Mapping[tuple, tuple[str, int]]) -> dict[str, int
     for device, nbytes in storages.values():
         by_device[device] = by_device.get(device, 0) + (0 if device == "meta" else nbytes)
     return by_device
-
-
-def device_sort_key(device: str) -> tuple[int, str, int]:
-    """cpu first, then accelerators by type and index, meta last."""
-    kind, _, index = device.partition(":")
-    rank = 0 if kind == "cpu" else 2 if kind == "meta" else 1
-    return (rank, kind, int(index) if index.isdigit() else -1)
 
 
 # --------------------------------------------------------------------------------------------

@@ -58,6 +58,9 @@ from itertools import compress, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .inventory import is_ipython_bookkeeping
+from .units import device_sort_key, format_bytes
+
 if TYPE_CHECKING:  # torch is imported inside functions: importing this module must not import it
     import torch
 
@@ -182,26 +185,10 @@ def _reason(error: BaseException, limit: int = 240) -> str:
     return reason if len(reason) <= limit else reason[: limit - 1].rstrip() + "…"
 
 
-def format_bytes(n: int) -> str:
-    """``1536`` -> ``'1.5 KiB'``; plain bytes below 1 KiB."""
-    if n < 1024:
-        return f"{n} B"
-    value = float(n)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024.0
-        if value < 1024.0 or unit == "TiB":
-            return f"{value:.1f} {unit}"
-    return f"{n} B"  # unreachable
-
-
 def _format_seconds(seconds: float) -> str:
     if seconds < 1.0:
         return f"{seconds * 1000:.0f} ms"
     return f"{seconds:.1f} s"
-
-
-def _device_sort_key(name: str) -> tuple[int, str]:
-    return (0 if name == "cpu" else 1, name)
 
 
 def _xpu_module() -> Any:
@@ -668,7 +655,7 @@ class _Item:
 
 
 def _names(devices: Iterable[Any]) -> tuple[str, ...]:
-    return tuple(sorted({str(d) for d in devices}, key=_device_sort_key))
+    return tuple(sorted({str(d) for d in devices}, key=device_sort_key))
 
 
 class _Refused(Exception):
@@ -1751,16 +1738,12 @@ def _undo(record: _UndoRecord, progress: ProgressCallback | None) -> MoveResult:
     for entry, obj in optimizers:  # last: their state follows the parameters planned above
         targets.update(str(d) for d in entry.layout.values())
         plan.add(entry.name, obj, None, entry.layout)
-    plan.label = ", ".join(sorted(targets, key=_device_sort_key)) or "original devices"
+    plan.label = ", ".join(sorted(targets, key=device_sort_key)) or "original devices"
     return plan.execute(progress, started, None, to_meta=False)
 
 
 # --------------------------------------------------------------------------------------------
 # The entry point
-
-
-def _is_bookkeeping(name: str) -> bool:
-    return name in _BOOKKEEPING or name.startswith("_")
 
 
 def _plan_move(
@@ -1792,19 +1775,18 @@ def _plan_move(
                 selected.append((name, namespace[name]))
     else:
         movable = (tensor_type, module_type, optim_type)
-        book = _BOOKKEEPING
         items = namespace.items()
         # Plain tensors are the bulk of a big namespace: picked out with comprehensions.
         fast_names = [
             n
             for n, v in items
-            if type(v) is tensor_type and type(n) is str and n[:1] != "_" and n not in book
+            if type(v) is tensor_type and type(n) is str and not is_ipython_bookkeeping(n)
         ]
         if fast_names:
             plan.fast[dest] = (fast_names, list(map(namespace.__getitem__, fast_names)))
         for name, value in [(n, v) for n, v in items if type(v) is not tensor_type]:
             tp = type(value)
-            if not isinstance(name, str) or name in book or name[:1] == "_":
+            if not isinstance(name, str) or is_ipython_bookkeeping(name):
                 continue
             if issubclass(tp, movable) or (
                 _container_kind(value) is not None and _has_tensor(value, 1, tensor_type)
