@@ -11,10 +11,11 @@ import torch
 _LAZY_STATE: list[str] = []
 
 
-def lazy_backend_or_skip() -> str:
+@pytest.fixture
+def lazy_backend() -> str:
     """torch's TorchScript lazy backend: a second device that keeps data on a CPU-only machine
     (undo round trips). It can be initialised once per process, so every test module shares
-    this one initialisation."""
+    this one initialisation. (A fixture, not an import: two conftest.py files are collected.)"""
     if not _LAZY_STATE:
         try:
             with warnings.catch_warnings():

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import lazy_backend_or_skip
 from torch import nn
 
 import torchdevice_magic.moving as moving
@@ -839,9 +838,9 @@ def _spanning_undo(other: str) -> None:
 
 
 @pytest.fixture
-def lazy(monkeypatch: pytest.MonkeyPatch) -> str:
+def lazy(monkeypatch: pytest.MonkeyPatch, lazy_backend: str) -> str:
     """torch's TorchScript lazy backend: a second device with data on a CPU-only machine."""
-    lazy_backend_or_skip()
+    del lazy_backend  # initialised (or the test skipped) by the fixture
     real = moving._resolve_device
     monkeypatch.setattr(
         moving,

@@ -17,7 +17,6 @@ from typing import Any
 import ipywidgets
 import pytest
 import torch
-from conftest import lazy_backend_or_skip
 from IPython.testing import globalipapp
 from ipywidgets.widgets import widget as widget_module
 from torch import nn
@@ -275,9 +274,9 @@ def test_a_move_to_meta_says_it_cannot_be_undone_and_disables_undo(
 
 
 @pytest.fixture
-def lazy(monkeypatch: pytest.MonkeyPatch, session: Any) -> str:
+def lazy(monkeypatch: pytest.MonkeyPatch, session: Any, lazy_backend: str) -> str:
     """torch's TorchScript lazy backend, offered as a target: a device that keeps data."""
-    lazy_backend_or_skip()
+    del lazy_backend  # initialised (or the test skipped) by the fixture
     real_resolve, real_available = moving._resolve_device, moving.available_devices
     monkeypatch.setattr(
         moving,
