@@ -352,3 +352,15 @@ def test_devicecheck_output_and_display_reach_the_cell(ip):
         "%%devicecheck --quiet\nprint('hello from the cell')\nfrom IPython.display import display\ndisplay('shown')",
     )
     assert result.success and "hello from the cell" in printed and "'shown'" in shown
+
+
+def test_hook_warns_once_when_the_model_is_recreated_but_not_its_optimizer(ip):
+    run(
+        ip, "import torch\nmodel = torch.nn.Linear(3, 2)\nopt = torch.optim.SGD(model.parameters())"
+    )
+    _, printed, _ = run(ip, "model = torch.nn.Linear(3, 2)")
+    assert "opt updates all 2 parameters that no variable here holds" in printed
+    _, printed, _ = run(ip, "x = torch.ones(2)")
+    assert "opt updates" not in printed  # once
+    _, printed, _ = run(ip, "opt = torch.optim.SGD(model.parameters())")
+    assert "opt updates" not in printed

@@ -494,3 +494,34 @@ def test_records_follow_the_namespace_order():
         "b": torch.ones(3),
     }
     assert [r.name for r in tdm.scan(namespace).records] == ["model", "a", "batch['x']", "b"]
+
+
+def test_optimizer_whose_parameters_no_name_holds_is_reported():
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    namespace = {"model": model, "opt": optimizer}
+    assert tdm.scan(namespace).orphaned_optimizers() == []
+    namespace["model"] = torch.nn.Linear(3, 2)  # the model's cell re-run, not the optimizer's
+    inventory = tdm.scan(namespace)
+    assert inventory.orphaned_optimizers() == [("opt", 2, 2)]
+    assert inventory.mixed_warnings()[0].startswith("opt updates all 2 parameters that no")
+
+
+def test_optimizers_over_reachable_tensors_are_not_orphans():
+    w = torch.randn(3, requires_grad=True)
+    layers = [torch.nn.Linear(2, 2)]
+    namespace = {
+        "w": w,
+        "layers": layers,
+        "opt_w": torch.optim.SGD([w], lr=0.1),
+        "opt_layers": torch.optim.SGD(layers[0].parameters(), lr=0.1),
+    }
+    assert tdm.scan(namespace).orphaned_optimizers() == []
+
+
+def test_moving_a_model_to_meta_orphans_an_optimizer_made_before():
+    # torch 2.13: Module.to("meta") makes new Parameter objects (cpu -> meta cannot swap data)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    namespace = {"model": model, "opt": torch.optim.SGD(model.parameters(), lr=0.1)}
+    model[1].to("meta")
+    assert tdm.scan(namespace).orphaned_optimizers() == [("opt", 2, 4)]

@@ -142,7 +142,10 @@ class _Entry:
     """What one top-level name produced, plus what it takes to know, next time, whether the
     name still holds the same thing (``signature``)."""
 
-    __slots__ = ("object_id", "records", "storages", "signature", "ref", "volatile", "record_keys")
+    __slots__ = (
+        "object_id", "records", "storages", "signature", "ref", "volatile", "record_keys",
+        "tensor_ids",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -162,6 +165,9 @@ class _Entry:
         self.volatile = volatile
         # For entries with several records (a small container): each record's storage keys.
         self.record_keys: list[Iterable[tuple]] | None = None
+        # ids of the tensors this entry reaches (a module's parameters and buffers, a
+        # container's tensors) or, for an optimizer, of the parameters it updates
+        self.tensor_ids: tuple[int, ...] = ()
 
     def keys_per_record(self) -> Iterable[tuple[Record, Iterable[tuple]]]:
         if self.record_keys is None:
@@ -490,7 +496,9 @@ def _module_entry(T: _Torch, module: Any, name: str) -> _Entry:
         grad_bytes_by_device=grad_bytes,
     )
     refs = [weakref.ref(sub) for sub in submodules]
-    return _Entry(id(module), [record], storages, signature, refs, True)
+    entry = _Entry(id(module), [record], storages, signature, refs, True)
+    entry.tensor_ids = signature[1]
+    return entry
 
 
 def _optimizer_params(optimizer: Any) -> list[Any]:
@@ -567,7 +575,7 @@ def _optimizer_entry(T: _Torch, optimizer: Any, name: str) -> _Entry:
         state_bytes=state_bytes,
         param_devices=parameter_devices,
     )
-    return _Entry(
+    entry = _Entry(
         id(optimizer),
         [record],
         storages,
@@ -575,6 +583,8 @@ def _optimizer_entry(T: _Torch, optimizer: Any, name: str) -> _Entry:
         weakref.ref(optimizer),
         True,
     )
+    entry.tensor_ids = tuple(map(id, params))
+    return entry
 
 
 class _ContainerWalk:
@@ -651,9 +661,11 @@ def _container_entry(T: _Torch, value: Any, name: str) -> _Entry | None:
     aggregate = len(walk.leaves) > AGGREGATE_ABOVE or walk.truncated
     records: list[Record] = []
     record_keys: list[Iterable[tuple]] = []
+    reached: list[int] = []
     summary = _ContainerSummary()
     for path, item in walk.leaves:
         item_type = type(item)
+        reached.append(id(item))
         facts = None
         if item_type is T.Tensor or item_type is T.Parameter:
             facts = _plain_tensor_facts(T, item, item_type)
@@ -668,6 +680,7 @@ def _container_entry(T: _Torch, value: Any, name: str) -> _Entry | None:
             entry = _module_entry(T, item, path)
             record, own = entry.records[0], entry.storages
             record.root = name
+            reached.extend(entry.tensor_ids)
         else:
             own = {}
             record = _tensor_record(T, item, item_type, path, name, own)
@@ -678,9 +691,11 @@ def _container_entry(T: _Torch, value: Any, name: str) -> _Entry | None:
             records.append(record)
             record_keys.append(tuple(own))
     if aggregate:
-        return _Entry(id(value), [summary.record(value, name, storages, walk)], storages)
-    entry = _Entry(id(value), records, storages)
-    entry.record_keys = record_keys
+        entry = _Entry(id(value), [summary.record(value, name, storages, walk)], storages)
+    else:
+        entry = _Entry(id(value), records, storages)
+        entry.record_keys = record_keys
+    entry.tensor_ids = tuple(reached)
     return entry
 
 
@@ -1008,10 +1023,12 @@ def scan(
         torch=T,
         record_cache=previous._record_cache if previous is not None else None,
     )
-    if previous is not None and previous._owned_keys is not None:
+    if previous is not None:
         before, after = previous._entries, entries
         if volatile == previous._volatile and all(before.get(n) is after.get(n) for n in volatile):
-            inventory._owned_keys = previous._owned_keys  # no module or optimizer changed
+            # no module or optimizer changed since the previous scan
+            inventory.objects_changed = False
+            inventory._owned_keys = previous._owned_keys
     return inventory
 
 
@@ -1164,6 +1181,8 @@ class Inventory:
         self._totals: dict[str, int] | None = None
         self._storages: dict[tuple, tuple[str, int]] | None = None
         self._owned_keys: set[tuple] | None = None
+        #: False when a rescan found every module and optimizer as it was before
+        self.objects_changed = True
 
     # -- records -----------------------------------------------------------------------------
     @property
@@ -1341,6 +1360,34 @@ class Inventory:
                 mixed.extend(record for record in entry.records if record.mixed)
         return mixed
 
+    def orphaned_optimizers(self) -> list[tuple[str, int, int]]:
+        """(name, unreachable, total) for optimizers that update parameters no name here
+        reaches: a model rebuilt (its cell re-run) after the optimizer was made, or moved to
+        meta (which makes new Parameters). ``opt.step()`` then trains tensors nobody sees."""
+        entries = self._entries
+        optimizers = [
+            (name, entry)
+            for name in self._volatile
+            if type(entry := entries.get(name)) is _Entry
+            and entry.records
+            and entry.records[0].kind == "optimizer"
+            and entry.tensor_ids
+        ]
+        if not optimizers:
+            return []
+        reachable: set[int] = set()
+        for entry in entries.values():
+            if type(entry) is tuple:
+                reachable.add(entry[0])
+            elif not (entry.records and entry.records[0].kind == "optimizer"):
+                reachable.update(entry.tensor_ids)
+        orphaned = []
+        for name, entry in optimizers:
+            unreachable = sum(1 for i in entry.tensor_ids if i not in reachable)
+            if unreachable:
+                orphaned.append((name, unreachable, len(entry.tensor_ids)))
+        return orphaned
+
     def subset(self, names: Iterable[str]) -> Inventory:
         """The inventory of just these top-level names (what a cell read or created)."""
         wanted = set(names)
@@ -1356,8 +1403,9 @@ class Inventory:
         )
 
     def mixed_warnings(self) -> list[str]:
-        """One line per object whose parts sit on different devices."""
-        warnings = []
+        """One line per object whose parts sit on different devices, and per optimizer that
+        trains parameters no name here reaches."""
+        warnings = [orphan_warning(*orphan) for orphan in self.orphaned_optimizers()]
         for record in self.records:
             if record.mixed and not record.hidden:
                 if record.kind == "optimizer":
@@ -1412,6 +1460,15 @@ class Inventory:
         from .render import inventory_html
 
         return inventory_html(self)
+
+
+def orphan_warning(name: str, unreachable: int, total: int) -> str:
+    held = "all" if unreachable == total else f"{unreachable} of"
+    return (
+        f"{name} updates {held} {total} parameters that no variable here holds "
+        "(model re-created, or moved to meta, after the optimizer was made?): "
+        "make the optimizer again"
+    )
 
 
 def _initialised_cuda() -> Any:

@@ -21,7 +21,7 @@ from traitlets import Bool, Int, Unicode
 from traitlets.config import Configurable
 
 from . import protocol
-from .inventory import Inventory, scan
+from .inventory import Inventory, orphan_warning, scan
 
 log = logging.getLogger("torchdevice_magic")
 
@@ -249,6 +249,11 @@ class DeviceSession:
         self.shell.display_pub.publish(data=data, metadata=metadata or {})
 
     def _warn_new_mixed(self, inventory: Inventory) -> None:
+        if inventory.objects_changed:  # only a new or changed module/optimizer can orphan one
+            for orphan in inventory.orphaned_optimizers():
+                if ("orphan", *orphan) not in self._warned:
+                    self._warned.add(("orphan", *orphan))
+                    print(f"⚠ torchdevice_magic: {orphan_warning(*orphan)}", file=sys.stderr)
         for record in inventory.mixed_records():
             key = (record.name, record.devices, record.note)
             if key in self._warned:
