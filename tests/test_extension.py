@@ -364,3 +364,17 @@ def test_hook_warns_once_when_the_model_is_recreated_but_not_its_optimizer(ip):
     assert "opt updates" not in printed  # once
     _, printed, _ = run(ip, "opt = torch.optim.SGD(model.parameters())")
     assert "opt updates" not in printed
+
+
+def test_default_device_config_is_validated(ip, caplog):
+    run(ip, "import torch")
+    run(ip, "%config TorchDeviceMagic.default_device = 'cdua'")
+    # %config reports a refused value as one logged line and keeps the old value
+    assert any(
+        "default_device 'cdua': 'cdua' is not a device" in r.getMessage() for r in caplog.records
+    )
+    session = session_module.get_session(ip)
+    assert session.config.default_device == ""
+    run(ip, "%config TorchDeviceMagic.default_device = 'cpu'")
+    assert session.default_target() == "cpu"
+    run(ip, "%config TorchDeviceMagic.default_device = ''")

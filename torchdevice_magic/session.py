@@ -17,7 +17,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from traitlets import Bool, Int, Unicode
+from traitlets import Bool, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from . import protocol
@@ -45,6 +45,19 @@ class TorchDeviceMagic(Configurable):
         help="The device fixes and moves suggest by default; empty: the best available "
         "(cuda -> mps -> xpu -> cpu).",
     ).tag(config=True)
+
+    @validate("default_device")
+    def _check_default_device(self, proposal: dict[str, Any]) -> str:
+        value = proposal["value"].strip()
+        if value and "torch" in sys.modules:  # checked against this kernel's devices
+            from .moving import MoveError, resolve_device
+
+            try:
+                return str(resolve_device(value, allow_meta=True))
+            except MoveError as error:
+                raise TraitError(f"default_device {value!r}: {error}") from None
+        return value
+
     allow_meta_target = Bool(
         False,
         help="Offer 'meta' as a move target (it discards data: for demos and tests on "
@@ -84,7 +97,7 @@ class DeviceSession:
         self.inventory = scan(
             self.namespace,
             include_hidden=self.config.include_hidden,
-            previous=self.inventory if self.inventory is not None else None,
+            previous=self.inventory,
             changed=changed,
             recheck=recheck,
         )
