@@ -16,7 +16,6 @@ ids, and weak references to modules and optimizers (never to Parameters: torch's
 
 from __future__ import annotations
 
-import html
 import re
 import sys
 import weakref
@@ -43,8 +42,6 @@ MAX_CONTAINER_DEPTH = 3
 CONTAINER_ELEMENT_CAP = 100_000
 #: A container holding more tensors than this becomes one aggregated record.
 AGGREGATE_ABOVE = 16
-
-STEP_NOTE = "0-dim step counters kept on cpu by torch"
 
 
 def is_ipython_bookkeeping(name: str) -> bool:
@@ -93,6 +90,10 @@ class Record:
     @property
     def device(self) -> str:
         return ", ".join(self.devices) if self.devices else "-"
+
+    def size_order(self) -> tuple[int, str]:
+        """Sort key of every view: biggest first (meta rows by what they would need), then name."""
+        return (-max(self.bytes, self.would_need_bytes), self.name)
 
     def to_dict(self) -> dict[str, Any]:
         """The protocol row (see :mod:`torchdevice_magic.protocol`)."""
@@ -184,7 +185,6 @@ class _Torch:
 
     __slots__ = (
         "torch", "Tensor", "Parameter", "Module", "Optimizer", "UntypedStorage", "dtype_names",
-        "grad",
     )  # fmt: skip
 
     _device_names: dict[Any, str] = {}
@@ -197,7 +197,6 @@ class _Torch:
         self.Optimizer = torch.optim.Optimizer
         self.UntypedStorage = torch.UntypedStorage
         self.dtype_names: dict[Any, str] = {}
-        self.grad = attrgetter("grad")
 
     def device_name(self, device: Any) -> str:
         names = self._device_names
@@ -773,8 +772,6 @@ def _bytes_by_device(storages: Mapping[tuple, tuple[str, int]]) -> dict[str, int
 # Plain tensors: the common case, kept as one compact tuple per name. A Record costs more to
 # build than reading the tensor, and most scans (the hook's, after every cell) never look at
 # records of tensors nobody changed, so records are built from these tuples only when asked.
-
-_TENSOR_FACTS_LEN = 9  # (id, type, device, dtype, shape, requires_grad, key, nbytes, grad)
 
 
 def _plain_tensor_facts(T: _Torch, tensor: Any, tp: type) -> tuple | None:
@@ -1491,10 +1488,6 @@ def _cuda_figures(cuda: Any, device: str) -> tuple[int | None, int | None, int |
         )
     except Exception:
         return None, None, None
-
-
-def escape(text: object) -> str:
-    return html.escape(str(text), quote=True)
 
 
 __all__ = [

@@ -41,6 +41,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .inventory import Record
+
 PROTOCOL_NAME = "torchdevice_magic"
 PROTOCOL_VERSION = 1
 COMM_TARGET = "torchdevice_magic"
@@ -206,7 +208,7 @@ def snapshot(
 ) -> dict[str, Any]:
     """The snapshot message for an Inventory (rows biggest first, capped at ``row_limit``)."""
     records = inventory.records
-    ordered = sorted(records, key=lambda r: (-max(r.bytes, r.would_need_bytes), r.name))
+    ordered = sorted(records, key=Record.size_order)
     return envelope(
         "snapshot",
         seq=seq,

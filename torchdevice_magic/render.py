@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .inventory import Record
 from .units import format_bytes
 
 if TYPE_CHECKING:
-    from .inventory import Inventory, Record
+    from .inventory import Inventory
 
 #: Renderings list at most this many rows (biggest first); the rest is summarised in one line.
 MAX_RENDERED_ROWS = 200
@@ -54,7 +55,7 @@ def row_cells(record: Record) -> tuple[str, ...]:
 
 
 def ordered_records(inventory: Inventory, limit: int = MAX_RENDERED_ROWS) -> list[Record]:
-    records = sorted(inventory.records, key=lambda r: (-max(r.bytes, r.would_need_bytes), r.name))
+    records = sorted(inventory.records, key=Record.size_order)
     return records[:limit]
 
 

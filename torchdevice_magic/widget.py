@@ -30,12 +30,12 @@ import ipywidgets as widgets
 from ipywidgets.widgets.widget_bool import CheckboxStyle
 from ipywidgets.widgets.widget_string import HTMLStyle
 
-from .inventory import device_sort_key, scan
+from .inventory import Record, device_sort_key, scan
 from .render import COLUMNS, row_cells
 from .units import format_bytes
 
 if TYPE_CHECKING:
-    from .inventory import DeviceTotal, Inventory, Record
+    from .inventory import DeviceTotal, Inventory
 
 #: Column widths of the cell line, in ``ch`` (the note column takes what is left).
 _WIDTHS = {"name": 22, "type": 14, "device": 10, "dtype": 9, "shape": 16, "size": 24}
@@ -347,12 +347,11 @@ class DeviceTable(widgets.VBox):
                 records,
                 key=lambda r: (
                     tuple(map(device_sort_key, r.devices)),
-                    -max(r.bytes, r.would_need_bytes),
-                    r.name,
+                    *r.size_order(),
                 ),
             )
         else:
-            ordered = sorted(records, key=lambda r: (-max(r.bytes, r.would_need_bytes), r.name))
+            ordered = sorted(records, key=Record.size_order)
         self._ordered = ordered
         self._order_key = key
         pages = max(1, -(-len(ordered) // self.page_size))
