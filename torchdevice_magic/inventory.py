@@ -1284,6 +1284,15 @@ class Inventory:
             self._storages = merged
         return self._storages
 
+    def storages(self) -> dict[tuple, tuple[str, int]]:
+        """Every storage the listed objects reach, once: ``{storage key: (device, nbytes)}``.
+
+        The key is ``(device, data_ptr)`` (or the storage's own address where there is no
+        data pointer); ``nbytes`` is what the storage holds (what it would need, for meta).
+        Memory accounting outside the inventory (holders, per-cell timelines) uses these keys so
+        that nothing is counted twice."""
+        return dict(self._unique_storages())
+
     def totals(self) -> dict[str, int]:
         """{device: bytes}, every storage counted once across the namespace (gradients and
         optimizer state included; meta counts 0)."""
