@@ -1,9 +1,11 @@
 """The kernel end of the JupyterLab sidebar's channel: comm target ``torchdevice_magic``.
 
-The sidebar opens a comm (or accepts the one the kernel opens when the extension loads); the
-kernel answers with a snapshot, pushes a new one after every non-silent cell and every move,
-and serves ``refresh`` / ``move`` / ``undo`` requests. Every request is validated by
-:func:`protocol.parse_request` first: nothing a message says is ever executed as code.
+Protocol v2 (:mod:`.protocol`): opening the comm gets the first window (the 200 biggest rows)
+at once; the sidebar asks for other windows (sort, filter, page, target); after each cell the
+kernel sends only what changed in that window and in the header (a ``delta``), and nothing at
+all when the cell changed nothing tensor-related. ``refresh`` / ``move`` / ``undo`` are served
+as before. Every request is validated by :func:`protocol.parse_request` first: nothing a
+message says is ever executed as code. All figures come from :mod:`.viewmodel`.
 """
 
 from __future__ import annotations
@@ -12,14 +14,29 @@ import logging
 from typing import Any
 
 from . import protocol
+from .viewmodel import LiveWindow, WindowSpec
 
 log = logging.getLogger("torchdevice_magic")
+
+
+class _Subscriber:
+    """One open comm: its window, what it was last sent, the sequence number."""
+
+    __slots__ = ("channel", "live", "header", "seq", "target", "actions")
+
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
+        self.live = LiveWindow(WindowSpec())
+        self.header: dict[str, Any] | None = None
+        self.seq = 0
+        self.target: str | None = None  # the target the user chose (None: the default)
+        self.actions = 0  # the session's action count when this sidebar was last sent
 
 
 class SidebarChannel:
     def __init__(self, session: Any) -> None:
         self.session = session
-        self.comms: dict[str, Any] = {}
+        self.comms: dict[str, _Subscriber] = {}
         self._registered = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -33,17 +50,28 @@ class SidebarChannel:
         # Tell any sidebar already watching this kernel that the extension is here now. A
         # frontend without our sidebar closes the comm, and then nothing more is sent.
         try:
-            announced = create_comm(target_name=protocol.COMM_TARGET, data=self.session.snapshot())
-            self._attach(announced)
+            subscriber = _Subscriber(None)
+            data = self._view(subscriber)
+            announced = create_comm(target_name=protocol.COMM_TARGET, data=data)
+            subscriber.channel = announced
+            self._attach(subscriber)
         except Exception:
             log.debug("torchdevice_magic: no frontend to announce to", exc_info=True)
 
     def unregister(self) -> None:
         from comm import get_comm_manager
 
-        for channel in list(self.comms.values()):
+        for subscriber in list(self.comms.values()):
+            self._send(
+                subscriber,
+                protocol.envelope(
+                    "unloaded",
+                    seq=subscriber.seq + 1,
+                    message="torchdevice_magic was unloaded from this kernel",
+                ),
+            )
             try:
-                channel.close()
+                subscriber.channel.close()
             except Exception:
                 log.debug("torchdevice_magic: closing a comm failed", exc_info=True)
         self.comms.clear()
@@ -53,13 +81,15 @@ class SidebarChannel:
             self._registered = False
 
     def _on_open(self, channel: Any, open_message: dict[str, Any]) -> None:
-        self._attach(channel)
-        self._send(channel, self.session.snapshot())
+        subscriber = _Subscriber(channel)
+        self._attach(subscriber)
+        self._send(subscriber, self._view(subscriber))
 
-    def _attach(self, channel: Any) -> None:
+    def _attach(self, subscriber: _Subscriber) -> None:
+        channel = subscriber.channel
         comm_id = getattr(channel, "comm_id", None) or str(id(channel))
-        self.comms[comm_id] = channel
-        channel.on_msg(self.handle_message)
+        self.comms[comm_id] = subscriber
+        channel.on_msg(lambda message, comm_id=comm_id: self.handle_message(message, comm_id))
         channel.on_close(lambda _message, comm_id=comm_id: self._detach(comm_id))
         self.session.remove_listener(self.push)
         self.session.add_listener(self.push)
@@ -70,26 +100,87 @@ class SidebarChannel:
             self.session.remove_listener(self.push)
 
     # -- kernel -> sidebar ---------------------------------------------------------------------
+    def _view(self, subscriber: _Subscriber, spec: WindowSpec | None = None) -> dict[str, Any]:
+        """A whole window and header (on open, on a ``window`` request, on ``refresh``)."""
+        session = self.session
+        inventory = session.current_inventory()
+        header = session.header(subscriber.target)
+        records = inventory.records if inventory.torch_imported else []
+        spec = spec or subscriber.live.spec
+        subscriber.live.reset(records, spec, header.target)
+        header = session.header(subscriber.target, counts=subscriber.live.counts)
+        subscriber.header = header.to_wire()
+        subscriber.actions = session.actions
+        subscriber.seq += 1
+        return protocol.envelope(
+            "view",
+            seq=subscriber.seq,
+            header=subscriber.header,
+            window=subscriber.live.window.to_wire(),
+            last_action=session.last_action,
+            live=True,
+        )
+
     def push(self, session: Any) -> None:
+        """After a cell or an action: send each sidebar what changed, or nothing."""
         if not self.comms:
             return
-        snapshot = session.snapshot()
-        for channel in list(self.comms.values()):
-            self._send(channel, snapshot)
+        inventory = session.current_inventory()
+        records = inventory.records if inventory.torch_imported else []
+        for subscriber in list(self.comms.values()):
+            live = subscriber.live
+            if live.window is None:
+                self._send(subscriber, self._view(subscriber))
+                continue
+            delta = live.update(records)
+            if delta is None and not live.records_changed and session.actions == subscriber.actions:
+                continue  # nothing tensor-related changed: send nothing
+            subscriber.actions = session.actions
+            header = session.header(subscriber.target, counts=live.counts)
+            if header.target != live.target:
+                # the default target changed (a device appeared, meta was turned on): the
+                # rows' buttons depend on it, so send the whole window again
+                self._send(subscriber, self._view(subscriber))
+                continue
+            wire = header.to_wire()
+            changed_header = wire != subscriber.header
+            if delta is None and not changed_header:
+                continue
+            subscriber.header = wire
+            base = subscriber.seq
+            subscriber.seq += 1
+            if delta is None:
+                from .viewmodel import Delta
 
-    def _send(self, channel: Any, data: dict[str, Any]) -> None:
+                delta = Delta((), (), None, live.window.matching, live.window.total)
+            self._send(
+                subscriber,
+                protocol.envelope(
+                    "delta",
+                    seq=subscriber.seq,
+                    base=base,
+                    header=wire if changed_header else None,
+                    window=delta.to_wire(),
+                ),
+            )
+
+    def _send(self, subscriber: _Subscriber, data: dict[str, Any]) -> None:
         try:
-            channel.send(data)
+            subscriber.channel.send(data)
         except Exception:
             log.debug("torchdevice_magic: sending to the sidebar failed", exc_info=True)
 
-    def _reply(self, request_id: str, ok: bool, message: str, outcome: Any = None) -> None:
+    def _reply(
+        self, comm_id: str | None, request_id: str, ok: bool, message: str, outcome: Any = None
+    ) -> None:
         data = protocol.reply(request_id, ok, message, outcome)
-        for channel in list(self.comms.values()):
-            self._send(channel, data)
+        targets = [self.comms[comm_id]] if comm_id in self.comms else list(self.comms.values())
+        for subscriber in targets:
+            subscriber.seq += 1
+            self._send(subscriber, {**data, "seq": subscriber.seq})
 
     # -- sidebar -> kernel ---------------------------------------------------------------------
-    def handle_message(self, message: dict[str, Any]) -> None:
+    def handle_message(self, message: dict[str, Any], comm_id: str | None = None) -> None:
         data = message.get("content", {}).get("data") if isinstance(message, dict) else None
         request_id = data.get("request_id", "") if isinstance(data, dict) else ""
         if not isinstance(request_id, str):
@@ -97,25 +188,36 @@ class SidebarChannel:
         try:
             request = protocol.parse_request(data)
         except protocol.ProtocolError as error:
-            self._reply(request_id, False, f"rejected: {error}")
+            self._reply(comm_id, request_id, False, f"rejected: {error}")
+            return
+        subscriber = self.comms.get(comm_id) if comm_id is not None else None
+        if request.type == "window":
+            if subscriber is None:
+                self._reply(comm_id, request.request_id, False, "no such sidebar")
+                return
+            subscriber.target = request.spec.target
+            self._reply(comm_id, request.request_id, True, "window")
+            self._send(subscriber, self._view(subscriber, request.spec))
             return
         try:
             ok, text, outcome = self.answer(request)
         except Exception as error:  # never a traceback in the sidebar
             log.exception("torchdevice_magic: handling a sidebar request failed")
             ok, text, outcome = False, f"{type(error).__name__}: {error}", None
-        self._reply(request.request_id, ok, text, outcome)
-        if request.type == "refresh" or not ok:
+        self._reply(comm_id, request.request_id, ok, text, outcome)
+        if request.type == "refresh":
+            for each in list(self.comms.values()):
+                self._send(each, self._view(each))
+        elif not ok:
             self.push(self.session)  # moves and undos already pushed through after_action
 
     def answer(self, request: protocol.Request) -> tuple[bool, str, dict[str, Any] | None]:
-        """(ok, one-line message, outcome) for a validated request."""
+        """(ok, one-line message, outcome) for a validated move / undo / refresh."""
         from .moving import MoveError
 
         session = self.session
         if request.type == "refresh":
             session.full_scan()
-            session.seq += 1
             return True, "refreshed", None
         try:
             if request.type == "undo":
@@ -124,7 +226,7 @@ class SidebarChannel:
                 names = self._checked_names(request.names)
                 result = session.move(request.device, names)
         except MoveError as error:
-            return False, str(error), {"action": request.type, "ok": False, "message": str(error)}
+            return False, str(error), protocol.outcome(request.type, False, str(error))
         outcome = session.last_action
         return result.ok, outcome["message"] if outcome else result.summary(), outcome
 
