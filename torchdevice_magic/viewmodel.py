@@ -458,6 +458,12 @@ class Header:
         }
 
 
+def unavailable(targets: Sequence[Target]) -> list[tuple[str, str]]:
+    """(device, why) for the targets worth saying are unavailable (meta is a target only where
+    the config allows it: no need to advertise it)."""
+    return [(t.device, t.reason) for t in targets if not t.enabled and t.device != "meta"]
+
+
 def choose_target(targets: Sequence[Target], wanted: str | None, default: str | None) -> str | None:
     enabled = [t.device for t in targets if t.enabled]
     if not enabled:
@@ -477,6 +483,8 @@ def undo_action(
 ) -> Action:
     if undo_summary:
         return Action(True, "Undo", f"Undo: {undo_summary}")
+    if not last_undoable:
+        return Action(False, "Undo", "the last move went to meta and cannot be undone")
     real = [t.device for t in targets if t.enabled and t.device not in ("cpu", "meta")]
     if not real and any(t.device == "meta" and t.enabled for t in targets):
         return Action(
@@ -485,8 +493,6 @@ def undo_action(
             "nothing to undo: the only other device here is meta, and a move to meta "
             "cannot be undone (meta keeps no data)",
         )
-    if not last_undoable:
-        return Action(False, "Undo", "the last move went to meta and cannot be undone")
     return Action(False, "Undo", "nothing to undo")
 
 

@@ -366,6 +366,11 @@ class DeviceTable(widgets.VBox):
         self._header = self.session.header(wanted, inventory=inventory, counts=live.counts)
         if reason and not self.live:
             self._stamp_text = f"as of [{self.as_of}]; {reason}" if self.as_of else reason
+        window = live.window
+        if window is not None and self.page and self.page * self.page_size >= window.matching:
+            # the page it was on is gone: back to the last page there is
+            self.page = max(0, (window.matching - 1) // self.page_size)
+            live.reset(records, self._spec(), self._header.target)
         if self._selected:
             selectable = {r.name for r in records if r.movable and not r.hidden}
             for name in [n for n in self._selected if n not in selectable]:
@@ -401,7 +406,7 @@ class DeviceTable(widgets.VBox):
 
     def _draw_targets(self, header: Header) -> None:
         enabled = [t.device for t in header.targets if t.enabled]
-        disabled = [(t.device, t.reason) for t in header.targets if not t.enabled]
+        disabled = viewmodel.unavailable(header.targets)
         self._syncing = True
         try:
             if list(self.target_dropdown.options) != enabled:
