@@ -1,9 +1,6 @@
-"""The JSON snapshots in tests/fixtures/ that the sidebar's jest tests render are produced by
-the kernel code (scan -> protocol.snapshot); this test rebuilds them and checks the committed
-files are exactly what the kernel produces. Rewrite them with UPDATE_FIXTURES=1.
-
-snapshot_cuda.json cannot be produced on a machine without CUDA: it is checked against the
-schema only (regenerate it on a GPU machine with UPDATE_FIXTURES=1)."""
+"""The JSON views in tests/fixtures/ that the sidebar's jest tests draw are produced by the
+kernel code (scan -> viewmodel -> protocol.snapshot); this test rebuilds them and checks the
+committed files are exactly what the kernel produces. Rewrite them with UPDATE_FIXTURES=1."""
 
 from __future__ import annotations
 
@@ -16,6 +13,7 @@ import torch
 
 import torchdevice_magic as tdm
 from torchdevice_magic import moving, protocol
+from torchdevice_magic.viewmodel import Target
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -28,7 +26,7 @@ def cpu_only_targets(monkeypatch, allow_meta=True):
         monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     if hasattr(torch, "xpu"):
         monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
-    return [protocol.target(*t) for t in moving.available_devices(allow_meta)]
+    return [Target(*t) for t in moving.available_devices(allow_meta)]
 
 
 def basic_namespace():
@@ -56,31 +54,24 @@ def mixed_namespace():
 
 
 def build(name, monkeypatch):
-    if name == "snapshot_empty":
+    if name == "view_empty":
         inventory = tdm.Inventory({}, [], [], set(), torch_imported=False)
         return protocol.snapshot(inventory, seq=0, targets=[], default_target=None)
     targets = cpu_only_targets(monkeypatch)
-    if name == "snapshot_basic":
+    if name == "view_basic":
         inventory = tdm.scan(basic_namespace(), include_hidden=True)
         return protocol.snapshot(inventory, seq=3, targets=targets, default_target="meta")
     inventory = tdm.scan(mixed_namespace())
-    return protocol.snapshot(
-        inventory,
-        seq=7,
-        targets=targets,
-        default_target="meta",
-        can_undo=True,
-        last_action={"action": "move", "ok": True, "message": "Moved 1 object (4.1 KiB) to meta"},
-    )
+    return protocol.snapshot(inventory, seq=7, targets=targets, default_target="meta")
 
 
-GENERATED = ["snapshot_basic", "snapshot_mixed", "snapshot_empty"]
+GENERATED = ["view_basic", "view_mixed", "view_empty"]
 
 
 @pytest.mark.parametrize("name", GENERATED)
 def test_committed_fixture_is_what_the_kernel_produces(name, monkeypatch):
     snapshot = json.loads(json.dumps(build(name, monkeypatch)))
-    protocol.check_snapshot(snapshot)
+    protocol.check_message(snapshot)
     path = FIXTURES / f"{name}.json"
     if os.environ.get("UPDATE_FIXTURES") == "1":
         path.write_text(json.dumps(snapshot, indent=2) + "\n")
@@ -88,19 +79,20 @@ def test_committed_fixture_is_what_the_kernel_produces(name, monkeypatch):
 
 
 def test_generated_fixtures_cover_what_the_sidebar_must_show(monkeypatch):
-    basic = build("snapshot_basic", monkeypatch)
-    names = {row["name"]: row for row in basic["rows"]}
-    assert names["Out[2]"]["hidden"] and not names["Out[2]"]["movable"]
+    basic = build("view_basic", monkeypatch)
+    names = {row["name"]: row for row in basic["window"]["rows"]}
+    assert "output history" in names["Out[2]"]["status"]
+    assert not names["Out[2]"]["selectable"] and not names["Out[2]"]["action"]["enabled"]
     assert "Out[3]" not in names  # also reachable as `kept`: not hidden
     assert names["batch[0]"]["root"] == "batch"
-    assert any(t["device"] == "cuda" and not t["enabled"] for t in basic["targets"])
-    mixed = build("snapshot_mixed", monkeypatch)
-    assert mixed["warnings"] == ["model spans cpu, meta"]
-    assert {d["device"] for d in mixed["devices"]} == {"cpu", "meta"}
+    assert any(t["device"] == "cuda" and not t["enabled"] for t in basic["header"]["targets"])
+    mixed = build("view_mixed", monkeypatch)
+    assert mixed["header"]["warnings"] == ["model spans cpu, meta"]
+    assert {bar["device"] for bar in mixed["header"]["bars"]} == {"cpu", "meta"}
 
 
 def test_every_fixture_matches_the_schema():
     files = sorted(FIXTURES.glob("*.json"))
-    assert {f.stem for f in files} >= set(GENERATED) | {"snapshot_cuda"}
+    assert {f.stem for f in files} >= set(GENERATED)
     for path in files:
-        protocol.check_snapshot(json.loads(path.read_text()))
+        protocol.check_message(json.loads(path.read_text()))

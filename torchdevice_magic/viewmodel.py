@@ -228,7 +228,7 @@ def status_text(record: Any) -> str:
         others = ", ".join(record.shares_with[:3])
         more = f" +{len(record.shares_with) - 3}" if len(record.shares_with) > 3 else ""
         parts.append(f"shares storage with {others}{more}")
-    return "; ".join(parts)
+    return "; ".join(dict.fromkeys(parts))
 
 
 def make_row(record: Any, target: str | None, root_devices: Sequence[str] | None = None) -> Row:
