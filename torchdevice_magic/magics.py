@@ -154,7 +154,7 @@ class DeviceMagics(Magics):
             inventory,
             session.targets(),
             default_target=session.default_target(),
-            as_of=getattr(self.shell, "execution_count", None),
+            as_of=self.session.cell_number(),
             title=title,
         )
 
@@ -210,7 +210,7 @@ class DeviceMagics(Magics):
                 self.session,
                 include_hidden=args.hidden,
                 live=args.live,
-                as_of=getattr(self.shell, "execution_count", None),
+                as_of=self.session.cell_number(),
             )
             self.session.show(table)
             return None

@@ -112,6 +112,11 @@ class DeviceSession:
         self.inventory = scan(self.namespace, include_hidden=hidden)
         return self.inventory
 
+    def cell_number(self) -> int | None:
+        """The ``[n]`` of the cell running now (IPython counts the cell before running it)."""
+        count = getattr(self.shell, "execution_count", None)
+        return count - 1 if isinstance(count, int) and count > 1 else None
+
     def current_inventory(self) -> Inventory:
         if self.inventory is None or (not self.inventory.torch_imported and "torch" in sys.modules):
             return self.rescan()

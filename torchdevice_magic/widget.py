@@ -511,7 +511,7 @@ class DeviceTable(widgets.VBox):
 
     # -- actions ------------------------------------------------------------------------------
     def _execution_count(self) -> Any:
-        return getattr(self.session.shell, "execution_count", None)
+        return self.session.cell_number()
 
     def _run_move(self, names: list[str] | None) -> None:
         target = self.target_dropdown.value
