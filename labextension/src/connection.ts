@@ -5,11 +5,15 @@
  * - on every kernel the notebook gets, register the comm target (so a
  *   `%load_ext torchdevice_magic` run later can open a comm to us), check the
  *   kernel is Python, and -- once the notebook has been shown in the sidebar --
- *   open a comm ourselves with a `refresh` request (the "probe"). A kernel with
- *   the extension loaded answers with a snapshot; one without closes the comm
- *   at once (ipykernel has no such target), which means "not loaded".
- * - a kernel restart disposes every comm: we forget the snapshot and probe
- *   again when the kernel is idle; a kernel change starts over with the new one.
+ *   open a comm ourselves (the "probe"). A kernel with the extension loaded
+ *   answers with the first window (a `view`) without being asked; one without
+ *   closes the comm at once (ipykernel has no such target): "not loaded".
+ * - protocol v2: the sidebar asks for windows (sort, filter, page, target);
+ *   after a cell the kernel sends a `delta` of that window, applied to the
+ *   mirror (window.ts). A delta that does not follow the last message makes us
+ *   ask for the window again.
+ * - a kernel restart disposes every comm, `%unload_ext` sends `unloaded`: we
+ *   forget the window and the status line, and show one state.
  * - requests carry ids; the kernel's `reply` with that id ends the request and
  *   its message goes to the status line.
  */
@@ -21,16 +25,48 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { oneLine } from './format';
 import {
   COMM_TARGET,
-  IActionOutcome,
-  IReply,
-  ISnapshot,
-  isReply,
-  moveRequest,
-  refreshRequest,
-  Request,
-  snapshotProblem,
-  undoRequest
+  FromKernel,
+  IOutcome,
+  IReplyMessage,
+  IWindowSpec,
+  PROTOCOL_NAME,
+  PROTOCOL_VERSION,
+  ToKernel
 } from './protocol';
+import { messageProblem } from './validate';
+import { applyDelta, fromView, IMirror } from './window';
+
+type Request = ToKernel;
+
+function envelope<T extends Request['type']>(type: T, fields: Record<string, unknown>): Request {
+  return { protocol: PROTOCOL_NAME, version: PROTOCOL_VERSION, type, ...fields } as Request;
+}
+
+export function refreshRequest(requestId: string): Request {
+  return envelope('refresh', { request_id: requestId });
+}
+
+export function undoRequest(requestId: string): Request {
+  return envelope('undo', { request_id: requestId });
+}
+
+export function moveRequest(requestId: string, device: string, names: string[] | null): Request {
+  return envelope('move', { request_id: requestId, device, names });
+}
+
+export function windowRequest(requestId: string, spec: IWindowSpec): Request {
+  return envelope('window', { request_id: requestId, spec });
+}
+
+/** The window the kernel sends first: the 200 biggest rows. */
+export const DEFAULT_SPEC: IWindowSpec = {
+  sort: 'size',
+  reverse: false,
+  filter: '',
+  offset: 0,
+  limit: 200,
+  target: null
+};
 
 export type ConnectionState =
   /** The notebook has no kernel. */
@@ -95,9 +131,9 @@ export class DeviceConnection {
     return this._state;
   }
 
-  /** The last snapshot; kept while the kernel is busy. */
-  get snapshot(): ISnapshot | null {
-    return this._snapshot;
+  /** The window and header the kernel last sent (deltas applied); kept while busy. */
+  get view(): IMirror | null {
+    return this._view;
   }
 
   /** The kernel has been busy for a while (a cell is running). */
@@ -118,7 +154,7 @@ export class DeviceConnection {
   /** A move or undo was sent and its reply has not come yet. */
   get actionPending(): boolean {
     for (const request of this._pending.values()) {
-      if (request.type !== 'refresh') {
+      if (request.type === 'move' || request.type === 'undo') {
         return true;
       }
     }
@@ -148,6 +184,17 @@ export class DeviceConnection {
 
   refresh(): string | null {
     return this._request(refreshRequest(this._nextId()), null);
+  }
+
+  /** Ask the kernel for another window (sort, filter, page or target changed). */
+  requestWindow(spec: IWindowSpec): string | null {
+    this._spec = spec;
+    return this._request(windowRequest(this._nextId(), spec), null);
+  }
+
+  /** The window this sidebar wants (the kernel's first window until it asks for another). */
+  get spec(): IWindowSpec {
+    return this._spec;
   }
 
   /** Move the named objects, or everything movable when `names` is null. */
@@ -316,6 +363,7 @@ export class DeviceConnection {
         // JupyterLab disposes every comm on restart without calling onClose.
         this._dropComm(false);
         this._forgetSnapshot();
+        this._status = null; // no stale "Moved…" line after a restart
         this._setBusy(false);
         this._setState('restarting');
         break;
@@ -381,9 +429,9 @@ export class DeviceConnection {
     }
     this._useComm(comm);
     this._setState('connecting');
-    const request = refreshRequest(this._nextId());
     try {
-      comm.open({ ...request });
+      // opening is the request: the kernel answers with its first window
+      comm.open({});
     } catch (error) {
       this._dropComm(false);
       this._setState('not-loaded');
@@ -400,7 +448,7 @@ export class DeviceConnection {
     this._languageOk = true;
     this._useComm(comm);
     const data: unknown = msg.content.data;
-    if (isSnapshotLike(data)) {
+    if (messageProblem(data) === null) {
       this._onData(comm, data);
       return;
     }
@@ -417,7 +465,6 @@ export class DeviceConnection {
     }
     this._dropComm(true);
     this._comm = comm;
-    this._lastSeq = null;
     comm.onMsg = msg => {
       this._onData(comm, msg.content.data);
     };
@@ -436,7 +483,6 @@ export class DeviceConnection {
       return;
     }
     this._comm = null;
-    this._lastSeq = null;
     this._pending.clear();
     comm.onMsg = () => undefined;
     comm.onClose = () => undefined;
@@ -454,7 +500,6 @@ export class DeviceConnection {
       return;
     }
     this._comm = null;
-    this._lastSeq = null;
     this._pending.clear();
     this._forgetSnapshot();
     const status = this._kernel?.status;
@@ -470,34 +515,50 @@ export class DeviceConnection {
     if (comm !== this._comm || this._isDisposed) {
       return;
     }
-    if (isReply(data)) {
-      this._onReply(data);
+    const problem = messageProblem(data);
+    if (problem !== null) {
+      this._setStatus(`The kernel sent a message this sidebar cannot read: ${problem}`, 'error');
       return;
     }
-    if (isSnapshotLike(data)) {
-      const problem = snapshotProblem(data);
-      if (problem !== null) {
-        this._setStatus(`The kernel sent a snapshot this sidebar cannot read: ${problem}`, 'error');
-        return;
+    const message = data as FromKernel;
+    switch (message.type) {
+      case 'view':
+        this._onView(fromView(message));
+        break;
+      case 'delta': {
+        const next = this._view ? applyDelta(this._view, message) : null;
+        if (next === null) {
+          // out of step (a message lost or reordered): ask for the whole window
+          this.requestWindow(this._spec);
+          return;
+        }
+        this._onView(next);
+        break;
       }
-      this._onSnapshot(data as unknown as ISnapshot);
-      return;
+      case 'reply':
+        if (this._view) {
+          this._view = { ...this._view, seq: message.seq };
+        }
+        this._onReply(message);
+        break;
+      case 'unloaded':
+        // one clear state: not loaded, no window, no stale status line
+        this._dropComm(false);
+        this._forgetSnapshot();
+        this._pending.clear();
+        this._status = null;
+        this._state = 'not-loaded';
+        this._changed.emit();
+        break;
     }
-    console.warn('torchdevice-magic: ignoring an unexpected comm message', data);
   }
 
-  private _onSnapshot(snapshot: ISnapshot): void {
-    if (this._lastSeq !== null && snapshot.seq < this._lastSeq) {
-      return; // an older snapshot overtaken by a newer one
-    }
-    this._lastSeq = snapshot.seq;
-    this._snapshot = snapshot;
+  private _onView(view: IMirror): void {
+    this._view = view;
+    this._spec = { ...view.spec };
     // Announce an action that happened elsewhere (the notebook's widget
-    // table, %%devicecheck): the snapshot's last_action changed since the
-    // previous snapshot and is not the outcome of a reply we already showed.
-    // A failed request leaves last_action as it was, so it never overwrites
-    // the error the reply put on the status line.
-    const last = snapshot.last_action ?? null;
+    // table, %%devicecheck): a last_action we have not shown yet.
+    const last = view.lastAction ?? null;
     const key = last ? JSON.stringify(last) : null;
     const previous = this._snapshotActionKey;
     this._snapshotActionKey = key;
@@ -517,20 +578,26 @@ export class DeviceConnection {
     this._changed.emit();
   }
 
-  private _onReply(reply: IReply): void {
+  private _onReply(reply: IReplyMessage): void {
     const request = this._pending.get(reply.request_id);
     this._pending.delete(reply.request_id);
-    const outcome: IActionOutcome | null = reply.outcome ?? null;
+    const outcome: IOutcome | null = reply.outcome ?? null;
     if (outcome) {
       this._replyActionKey = JSON.stringify(outcome);
     }
-    const message = oneLine(reply.message || outcome?.message || '');
+    let message = oneLine(reply.message || outcome?.message || '');
+    if (outcome && outcome.skipped.length > 0) {
+      // skip reasons with the result, in words
+      const shown = outcome.skipped.slice(0, 3).map(s => `${s.name}: ${s.reason}`);
+      const more = outcome.skipped.length > 3 ? ` (+${outcome.skipped.length - 3} more)` : '';
+      message += ` — skipped ${shown.join('; ')}${more}`;
+    }
     if (!reply.ok || outcome?.ok === false) {
       this._setStatus(message || 'The kernel refused the request', 'error');
-    } else if (outcome || (request && request.type !== 'refresh')) {
+    } else if (outcome || (request && (request.type === 'move' || request.type === 'undo'))) {
       this._setStatus(message || 'Done', 'ok');
     } else {
-      // A refresh's snapshot speaks for itself; keep the earlier news.
+      // A refresh's or a window's view speaks for itself; keep the earlier news.
       this._changed.emit();
     }
   }
@@ -543,13 +610,13 @@ export class DeviceConnection {
     if (!this._send(request)) {
       return null;
     }
-    this._pending.set(request.request_id, request);
+    this._pending.set((request as { request_id: string }).request_id, request);
     if (pendingMessage) {
       this._setStatus(pendingMessage, 'info');
     } else {
       this._changed.emit();
     }
-    return request.request_id;
+    return (request as { request_id: string }).request_id;
   }
 
   private _send(request: Request): boolean {
@@ -558,7 +625,7 @@ export class DeviceConnection {
       return false;
     }
     try {
-      comm.send({ ...request });
+      comm.send({ ...request } as unknown as Parameters<Comm['send']>[0]);
       return true;
     } catch (error) {
       this._setStatus(`Could not send to the kernel: ${describeError(error)}`, 'error');
@@ -574,8 +641,7 @@ export class DeviceConnection {
   }
 
   private _forgetSnapshot(): void {
-    this._snapshot = null;
-    this._lastSeq = null;
+    this._view = null;
     this._snapshotActionKey = undefined;
   }
 
@@ -600,7 +666,8 @@ export class DeviceConnection {
   private _kernel: Kernel.IKernelConnection | null = null;
   private _comm: Comm | null = null;
   private _state: ConnectionState = 'no-kernel';
-  private _snapshot: ISnapshot | null = null;
+  private _view: IMirror | null = null;
+  private _spec: IWindowSpec = { ...DEFAULT_SPEC };
   private _status: IStatusLine | null = null;
   private _language: string | null = null;
   private _languageOk = false;
@@ -608,7 +675,6 @@ export class DeviceConnection {
   private _busy = false;
   private _busyTimer: ReturnType<typeof setTimeout> | null = null;
   private _busyDelayMs: number;
-  private _lastSeq: number | null = null;
   /** The previous snapshot's last_action (undefined: no snapshot on this comm yet). */
   private _snapshotActionKey: string | null | undefined = undefined;
   /** The outcome of the last reply shown. */
@@ -619,14 +685,6 @@ export class DeviceConnection {
   private _clientId: string;
   private _isDisposed = false;
   private _changed = new Signal<this, void>(this);
-}
-
-function isSnapshotLike(data: unknown): data is Record<string, unknown> {
-  return (
-    typeof data === 'object' &&
-    data !== null &&
-    (data as Record<string, unknown>).type === 'snapshot'
-  );
 }
 
 function describeError(error: unknown): string {
