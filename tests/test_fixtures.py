@@ -65,6 +65,44 @@ def build(name, monkeypatch):
     return protocol.snapshot(inventory, seq=7, targets=targets, default_target="meta")
 
 
+def delta_sequence():
+    """A view, the deltas a few cells produce, and the fresh view at the end (the jest test
+    applies the deltas the way the sidebar does and must reach the fresh view exactly)."""
+    from torchdevice_magic.viewmodel import LiveWindow, WindowSpec
+
+    torch.manual_seed(0)
+    namespace = {f"x{i}": torch.zeros(i * 16 + 1) for i in range(1, 8)}
+    spec = WindowSpec(limit=5)
+    inventory = tdm.scan(namespace)
+    live = LiveWindow(spec)
+    first = live.reset(inventory.records, spec, "meta")
+    messages, seq = [], 1
+    for change in (
+        {"x1": torch.zeros(4096)},  # into the top of the window
+        {"x9": torch.zeros(8)},  # a new name outside the window
+        {"x7": torch.zeros(2)},  # out of the window
+        {"x3": None},  # deleted
+    ):
+        for name, value in change.items():
+            if value is None:
+                del namespace[name]
+            else:
+                namespace[name] = value
+        inventory = tdm.scan(namespace, previous=inventory, changed=tuple(change))
+        delta = live.update(inventory.records)
+        if delta is not None:
+            messages.append(
+                protocol.envelope(
+                    "delta", seq=seq + 1, base=seq, header=None, window=delta.to_wire()
+                )
+            )
+            seq += 1
+    from torchdevice_magic.viewmodel import window
+
+    final = window(inventory.records, spec, "meta")
+    return {"first": first.to_wire(), "deltas": messages, "final": final.to_wire()}
+
+
 GENERATED = ["view_basic", "view_mixed", "view_empty"]
 
 
@@ -91,8 +129,19 @@ def test_generated_fixtures_cover_what_the_sidebar_must_show(monkeypatch):
     assert {bar["device"] for bar in mixed["header"]["bars"]} == {"cpu", "meta"}
 
 
+def test_delta_fixture_is_what_the_kernel_produces():
+    sequence = json.loads(json.dumps(delta_sequence()))
+    for message in sequence["deltas"]:
+        protocol.check_message(message)
+    assert len(sequence["deltas"]) >= 3
+    path = FIXTURES / "deltas.json"
+    if os.environ.get("UPDATE_FIXTURES") == "1":
+        path.write_text(json.dumps(sequence, indent=2) + "\n")
+    assert json.loads(path.read_text()) == sequence
+
+
 def test_every_fixture_matches_the_schema():
-    files = sorted(FIXTURES.glob("*.json"))
+    files = sorted(FIXTURES.glob("view_*.json"))
     assert {f.stem for f in files} >= set(GENERATED)
     for path in files:
         protocol.check_message(json.loads(path.read_text()))

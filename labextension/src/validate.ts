@@ -32,11 +32,15 @@ export function problem(value: unknown, spec: Spec, where = 'message'): string |
     case 'int':
       return Number.isInteger(value) ? null : `${where} must be an integer`;
     case 'float':
-      return typeof value === 'number' && Number.isFinite(value) ? null : `${where} must be a number`;
+      return typeof value === 'number' && Number.isFinite(value)
+        ? null
+        : `${where} must be a number`;
   }
   if (spec.startsWith('enum[')) {
     const options = spec.slice(5, -1).split('|');
-    return options.includes(value as string) ? null : `${where} must be one of ${options.join(', ')}`;
+    return options.includes(value as string)
+      ? null
+      : `${where} must be one of ${options.join(', ')}`;
   }
   if (spec.startsWith('list[')) {
     if (!Array.isArray(value)) {
