@@ -76,8 +76,11 @@ def _cells(row: Row | None, widths: dict[str, int]) -> str:
         value = values[column]
         style = f"{_WHOLE_CELL};width:{widths[column]}ch" if column in widths else _CUT_CELL
         shown = f"<b>{escape(value)}</b>" if row is None else escape(value)
-        parts.append(f'<span style="{style}" title="{escape(value)}">{shown}</span>')
-    return f'<div style="{_ROW_STYLE}">{"".join(parts)}</div>'
+        parts.append(
+            f'<span class="tdm-cell-{column}" style="{style}" title="{escape(value)}">'
+            f"{shown}</span>"
+        )
+    return f'<div class="tdm-row" style="{_ROW_STYLE}">{"".join(parts)}</div>'
 
 
 def _column_widths(rows: tuple[Row, ...]) -> dict[str, int]:

@@ -122,6 +122,9 @@ export class DeviceConnection {
     this._attach(sessionContext.session?.kernel ?? null);
   }
 
+  /** How many whole views and deltas came on this connection (browser tests read them). */
+  readonly received = { view: 0, delta: 0 };
+
   /** Emitted whenever anything the panel shows has changed. */
   get changed(): ISignal<this, void> {
     return this._changed;
@@ -523,9 +526,11 @@ export class DeviceConnection {
     const message = data as FromKernel;
     switch (message.type) {
       case 'view':
+        this.received.view += 1;
         this._onView(fromView(message));
         break;
       case 'delta': {
+        this.received.delta += 1;
         const next = this._view ? applyDelta(this._view, message) : null;
         if (next === null) {
           // out of step (a message lost or reordered): ask for the whole window

@@ -300,6 +300,8 @@ export class DevicePanel extends Widget {
 
     this.node.dataset.state = state;
     this.node.dataset.busy = String(Boolean(connection?.busy));
+    this.node.dataset.views = String(connection?.received.view ?? 0);
+    this.node.dataset.deltas = String(connection?.received.delta ?? 0);
     this.node.dataset.torch = showView ? String(view.header.torch_imported) : '';
 
     // Notice: the state in words, and the Load button when it helps.
