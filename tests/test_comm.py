@@ -305,6 +305,27 @@ def test_cells_push_deltas_and_nothing_when_nothing_changed(channel, shell):
     assert fake.sent == []  # closed comms get nothing
 
 
+def test_importing_torch_later_sends_a_whole_view():
+    from IPython.testing.globalipapp import get_ipython
+
+    from torchdevice_magic.session import DeviceSession
+    from torchdevice_magic.viewmodel import LiveWindow, WindowSpec
+
+    ip = get_ipython()
+    session = DeviceSession(ip)
+    fake = FakeComm()
+    from torchdevice_magic.comm import SidebarChannel, _Subscriber
+
+    channel = SidebarChannel(session)
+    subscriber = _Subscriber(fake)
+    channel.comms["fake"] = subscriber
+    subscriber.header = {"torch_imported": False}
+    subscriber.live = LiveWindow(WindowSpec())
+    subscriber.live.reset([], WindowSpec(), None)
+    channel.push(session)  # torch is imported in this process: the sidebar gets a whole view
+    assert kinds(fake.sent) == ["view"] and fake.sent[0]["header"]["torch_imported"]
+
+
 def test_unload_tells_the_sidebar_once(channel, shell):
     _, fake = channel
     fake.sent.clear()

@@ -129,7 +129,10 @@ class SidebarChannel:
         records = inventory.records if inventory.torch_imported else []
         for subscriber in list(self.comms.values()):
             live = subscriber.live
-            if live.window is None:
+            if live.window is None or (
+                subscriber.header is not None
+                and subscriber.header["torch_imported"] != inventory.torch_imported
+            ):
                 self._send(subscriber, self._view(subscriber))
                 continue
             delta = live.update(records)

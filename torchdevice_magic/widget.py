@@ -40,10 +40,16 @@ _WARN_STYLE = "color:#b45309"
 _MUTED_STYLE = "color:#6b7280;font-size:12px"
 _ROW_STYLE = (
     "font-family:var(--jp-code-font-family, monospace);font-size:12px;line-height:26px;"
-    "display:flex;white-space:nowrap;overflow:hidden;min-width:0"
+    "display:flex;align-items:center;white-space:nowrap;overflow:hidden;min-width:0"
 )
-#: name, size, grad: never cut (they take the width of their text); the rest shrink.
+#: size, grad: never cut (they take the width of their text); the rest shrink.
 _WHOLE_CELL = "flex:0 0 auto;padding-right:1.5ch"
+#: the name is never cut either: where the output is too narrow for it, it wraps (anywhere:
+#: names have no spaces) and keeps the size beside it in sight
+_NAME_CELL = (
+    "flex:0 1 auto;min-width:8ch;padding-right:1.5ch;white-space:normal;"
+    "overflow-wrap:anywhere;line-height:16px"
+)
 _CUT_CELL = "flex:0 1 auto;min-width:4ch;overflow:hidden;text-overflow:ellipsis;padding-right:1.5ch"
 #: The order columns are drawn in: the ones that must stay in sight first.
 _DRAWN = ("name", "size", "grad", "device", "dtype", "shape", "type", "status")
@@ -74,7 +80,12 @@ def _cells(row: Row | None, widths: dict[str, int]) -> str:
     parts = []
     for column in _DRAWN:
         value = values[column]
-        style = f"{_WHOLE_CELL};width:{widths[column]}ch" if column in widths else _CUT_CELL
+        if column == "name":
+            style = f"{_NAME_CELL};width:{widths[column]}ch"
+        elif column in widths:
+            style = f"{_WHOLE_CELL};width:{widths[column]}ch"
+        else:
+            style = _CUT_CELL
         shown = f"<b>{escape(value)}</b>" if row is None else escape(value)
         parts.append(
             f'<span class="tdm-cell-{column}" style="{style}" title="{escape(value)}">'

@@ -404,7 +404,7 @@ CLIPPED_JS = """
     const r = cell.getBoundingClientRect();
     const text = cell.textContent;
     if (cell.scrollWidth > cell.clientWidth + 1) problems.push(`cut: ${text} (${cell.scrollWidth} > ${cell.clientWidth})`);
-    if (r.left < box.left - 1 || r.right > box.right + 1) problems.push(`out of sight: ${text}`);
+    if (r.left < box.left - 1 || r.right > box.right + 1) problems.push(`out of sight: ${text} [${Math.round(r.left)}..${Math.round(r.right)} not in ${Math.round(box.left)}..${Math.round(box.right)}]`);
   }
   return problems;
 }
