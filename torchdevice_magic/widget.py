@@ -40,7 +40,10 @@ _WARN_STYLE = "color:#b45309"
 _MUTED_STYLE = "color:#6b7280;font-size:12px"
 _ROW_STYLE = (
     "font-family:var(--jp-code-font-family, monospace);font-size:12px;line-height:26px;"
-    "display:flex;align-items:center;white-space:nowrap;overflow:hidden;min-width:0"
+    "display:flex;align-items:center;white-space:nowrap;overflow:hidden;"
+    # width 0 + min-width 100%: the row takes its column's width and adds nothing to the
+    # minimum width of what holds it (else the HTML widget grows to the row's natural width)
+    "width:0;min-width:100%"
 )
 #: size, grad: never cut (they take the width of their text); the rest shrink.
 _WHOLE_CELL = "flex:0 0 auto;padding-right:1.5ch"
@@ -69,7 +72,7 @@ def _cells(row: Row | None, widths: dict[str, int]) -> str:
         else {
             "name": row.name,
             "size": row.size,
-            "grad": f"grad {row.grad}" if row.grad else "",
+            "grad": row.grad,
             "device": row.device,
             "dtype": row.dtype,
             "shape": row.shape,
@@ -96,14 +99,12 @@ def _cells(row: Row | None, widths: dict[str, int]) -> str:
 
 def _column_widths(rows: tuple[Row, ...]) -> dict[str, int]:
     """Widths (in ch) that fit every name, size and grad figure on the page: never cut."""
-    widths = {"name": 4, "size": 4, "grad": 0}
+    widths = {"name": 4, "size": 4, "grad": 4}  # at least the header's own labels
     for row in rows:
         widths["name"] = max(widths["name"], len(row.name))
         widths["size"] = max(widths["size"], len(row.size))
         if row.grad:
-            widths["grad"] = max(widths["grad"], len(row.grad) + 5)
-    if not widths["grad"]:
-        widths["grad"] = 0
+            widths["grad"] = max(widths["grad"], len(row.grad))
     return {k: v + 1 for k, v in widths.items()}
 
 
@@ -176,7 +177,9 @@ class DeviceTable(widgets.VBox):
         live: bool = False,
         as_of: int | None = None,
     ) -> None:
-        super().__init__()
+        # never wider than the output area: the rows below shrink (and names wrap) instead of
+        # the whole table overflowing out of sight in a narrow notebook
+        super().__init__(layout=widgets.Layout(width="100%", min_width="0"))
         self.session = session
         self.include_hidden = bool(include_hidden)
         self.page_size = max(1, int(page_size))
@@ -252,7 +255,7 @@ class DeviceTable(widgets.VBox):
         checkbox_style = CheckboxStyle()
         button_layout = widgets.Layout(width="auto", height="26px")
         button_style = widgets.ButtonStyle()
-        cells_layout = widgets.Layout(min_width="0", overflow="hidden")
+        cells_layout = widgets.Layout(min_width="0", overflow="hidden", width="100%")
         cells_style = HTMLStyle()
         self._shared = (checkbox_style, button_layout, button_style, cells_layout, cells_style)
         for index in range(self.page_size):
@@ -272,6 +275,7 @@ class DeviceTable(widgets.VBox):
                 grid_gap="0px 6px",
                 align_items="center",
                 width="100%",
+                min_width="0",
             ),
         )
 
@@ -444,7 +448,11 @@ class DeviceTable(widgets.VBox):
                     value=0.0, min=0.0, max=1.0, layout=widgets.Layout(width="200px")
                 )
                 figures = widgets.HTML()
-                row = (widgets.HBox([name, progress, figures]), name, progress, figures)
+                box = widgets.HBox(
+                    [name, progress, figures],
+                    layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
+                )
+                row = (box, name, progress, figures)
                 self._device_rows[bar.device] = row
             box, name, progress, figures = row
             name.value = f"<b>{escape(bar.device)}</b>"

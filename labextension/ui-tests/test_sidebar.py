@@ -463,6 +463,7 @@ def test_sidebar_columns_are_not_clipped_at_three_widths(lab):
 def test_widget_columns_are_not_clipped_at_three_widths(lab):
     page = lab.page
     ensure_x_and_model_on_cpu(page)
+    run_cell(page, f"{LONG_NAME} = torch.ones(3, requires_grad=True)\n{LONG_NAME}.sum().backward()")
     cell = run_cell(page, "%devices")
     page.click(TAB)  # the notebook's full width: close the right sidebar
     expect(page.locator(PANEL)).to_be_hidden()
@@ -477,8 +478,16 @@ def test_widget_columns_are_not_clipped_at_three_widths(lab):
             page.wait_for_timeout(300)
             problems = page.evaluate(
                 CLIPPED_JS,
-                ["#tdm-widget-output", ".tdm-cell-name, .tdm-cell-size", "#tdm-widget-output"],
+                ["#tdm-widget-output", ".tdm-cell-name, .tdm-cell-size, .tdm-cell-grad", "#tdm-widget-output"],
             )
+            if problems:
+                chain = page.evaluate(
+                    """() => { const out = []; let e = document.querySelector('#tdm-widget-output .tdm-cell-name');
+                    while (e && e.id !== 'tdm-widget-output') { const cs = getComputedStyle(e);
+                    out.push(`${e.tagName}.${e.className} w=${e.getBoundingClientRect().width} disp=${cs.display} minw=${cs.minWidth} ov=${cs.overflow} flex=${cs.flex}`);
+                    e = e.parentElement; } return out; }"""
+                )
+                print("\n".join(chain))
             assert problems == [], f"widget at {width} px: {problems}"
             path = IMAGES / f"widget-{label}.png"
             if should_write(path, "UPDATE_SCREENSHOTS"):
