@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from torchdevice_magic.moving import move  # noqa: E402
+from torchdevice_magic.moves import move  # noqa: E402
 
 
 def timed(fn: Callable[[], object]) -> float:

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import torchdevice_magic as tdm
-from torchdevice_magic import moving, protocol
+from torchdevice_magic import moves, protocol
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -28,7 +28,7 @@ def cpu_only_targets(monkeypatch, allow_meta=True):
         monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     if hasattr(torch, "xpu"):
         monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
-    return [protocol.target(*t) for t in moving.available_devices(allow_meta)]
+    return [protocol.target(*t) for t in moves.available_devices(allow_meta)]
 
 
 def basic_namespace():

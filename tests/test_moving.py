@@ -1,4 +1,4 @@
-"""The move engine (torchdevice_magic.moving): cpu <-> meta here, cpu <-> cuda where a GPU is.
+"""The move engine (torchdevice_magic.moves): cpu <-> meta here, cpu <-> cuda where a GPU is.
 
 ``meta`` runs the real move path but keeps no data, so values are checked on CUDA only; the
 ``lazy`` device of torch's TorchScript lazy backend (CPU-only, keeps data) stands in for a
@@ -18,8 +18,9 @@ import pytest
 import torch
 from torch import nn
 
-import torchdevice_magic.moving as moving
-from torchdevice_magic.moving import MovedItem, MoveError, MoveResult, move
+import torchdevice_magic.moves as moves
+from torchdevice_magic.moves import MovedItem, MoveError, MoveResult, _devices, move, transaction
+from torchdevice_magic.units import format_bytes
 
 HAS_CUDA = torch.cuda.is_available()
 cuda_only = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")]
@@ -185,7 +186,7 @@ def storage_id(t: torch.Tensor) -> int:
 
 def test_available_devices_and_best_device_do_not_initialise_cuda() -> None:
     was = torch.cuda.is_initialized()
-    devices = moving.available_devices(allow_meta=True)
+    devices = moves.available_devices(allow_meta=True)
     assert devices[0] == ("cpu", True, "")
     names = [d for d, _enabled, _reason in devices]
     assert {"mps", "meta"} <= set(names) and any(n.startswith("xpu") for n in names)
@@ -193,12 +194,12 @@ def test_available_devices_and_best_device_do_not_initialise_cuda() -> None:
         assert [n for n in names if n.startswith("cuda")] == [
             f"cuda:{i}" for i in range(torch.cuda.device_count())
         ]
-        assert moving.best_device().startswith("cuda:")
+        assert moves.best_device().startswith("cuda:")
     else:
         assert ("cuda", False, "CUDA is not available in this kernel") in devices
-        assert moving.best_device() in ("cpu", "mps") or moving.best_device().startswith("xpu")
+        assert moves.best_device() in ("cpu", "mps") or moves.best_device().startswith("xpu")
     assert ("meta", True, "") in devices
-    meta = [d for d in moving.available_devices(allow_meta=False) if d[0] == "meta"]
+    meta = [d for d in moves.available_devices(allow_meta=False) if d[0] == "meta"]
     assert meta and meta[0][1] is False and meta[0][2]
     for _name, enabled, reason in devices:
         assert enabled or reason  # a disabled target always says why
@@ -431,7 +432,8 @@ def test_containers_deeper_than_three_levels_are_left_alone() -> None:
     ns = {"deep": deep, "shallow": shallow}
     result = move(ns, "meta")
     assert ns["deep"] is deep and deep[0][0][0][0].device.type == "cpu"
-    assert ns["shallow"] is not shallow and ns["shallow"][0][0][0].device.type == "meta"
+    # lists are changed in place: whoever else holds them sees the moved tensors
+    assert ns["shallow"] is shallow and ns["shallow"][0][0][0].device.type == "meta"
     assert [i.name for i in result.moved] == ["shallow"]
 
 
@@ -475,12 +477,20 @@ def test_already_on_target_is_skipped() -> None:
     assert result.undo is not None and not result.can_undo
 
 
-def test_modules_inside_containers_are_left_alone_and_reported() -> None:
+def test_modules_and_optimizers_inside_containers_move_with_them() -> None:
     layer = nn.Linear(2, 2)
-    ns = {"things": [layer, torch.ones(2)]}
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1, momentum=0.9)
+    layer(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    weight = layer.weight
+    things = [layer, torch.ones(2)]
+    ns = {"things": things, "setup": {"opt": opt}}
     result = move(ns, "meta")
-    assert layer.weight.device.type == "cpu" and ns["things"][1].device.type == "meta"
-    assert any("Linear inside things left in place" in reason for _n, reason in result.skipped)
+    assert result.ok, result.failed
+    assert ns["things"] is things and things[0] is layer and layer.weight is weight
+    assert weight.device.type == "meta" and things[1].device.type == "meta"
+    assert opt.state[weight]["momentum_buffer"].device.type == "meta"
+    assert {i.name for i in result.moved} == {"things", "setup"}
 
 
 def test_swap_flags_are_left_as_they_were() -> None:
@@ -656,7 +666,7 @@ def test_param_record_restores_in_place_moves() -> None:
     p = nn.Parameter(torch.randn(3))
     p.grad = torch.ones(3)
     grad, storage, grad_storage = p.grad, storage_id(p), storage_id(p.grad)
-    record = moving._ParamRecord(p)
+    record = transaction.ParamRecord(p)
     p.data = torch.zeros(3)  # what module.to does for cpu <-> cuda
     p.grad.data = torch.zeros(3)
     record.restore()
@@ -683,7 +693,7 @@ def test_not_enough_memory_is_refused_with_the_numbers() -> None:
 
 
 def test_cpu_memory_is_checked_from_proc_meminfo() -> None:
-    free = moving._free_bytes(torch.device("cpu"))
+    free = _devices._free_bytes(torch.device("cpu"))
     try:
         with open("/proc/meminfo") as f:
             has_meminfo = "MemAvailable:" in f.read()
@@ -736,10 +746,7 @@ def test_summary_and_progress() -> None:
     assert text.startswith(f"Moved {len(result.moved)} objects (") and " to meta in " in text
     assert "\n" not in text
     assert MoveResult(device="meta", failed="x: boom").summary() == "Nothing was moved: x: boom"
-    assert (
-        moving.format_bytes(1023) == "1023 B"
-        and moving.format_bytes(3 * 2**30 + 2**29) == "3.5 GiB"
-    )
+    assert format_bytes(1023) == "1023 B" and format_bytes(3 * 2**30 + 2**29) == "3.5 GiB"
 
 
 def test_still_held_bytes_counts_old_tensors_kept_elsewhere() -> None:
@@ -841,10 +848,10 @@ def _spanning_undo(other: str) -> None:
 def lazy(monkeypatch: pytest.MonkeyPatch, lazy_backend: str) -> str:
     """torch's TorchScript lazy backend: a second device with data on a CPU-only machine."""
     del lazy_backend  # initialised (or the test skipped) by the fixture
-    real = moving._resolve_device
+    real = moves.resolve_device
     monkeypatch.setattr(
-        moving,
-        "_resolve_device",
+        moves,
+        "resolve_device",
         lambda d, allow: torch.device("lazy", 0) if d == "lazy" else real(d, allow),
     )
     return "lazy"
@@ -963,7 +970,8 @@ def test_a_tensor_the_target_cannot_hold_fails_the_whole_move_with_a_short_reaso
 def test_importing_the_engine_imports_neither_torch_nor_ipython() -> None:
     code = (
         "import sys\n"
-        "import torchdevice_magic.moving\n"
+        "import torchdevice_magic.moves, torchdevice_magic.moves.plan\n"
+        "import torchdevice_magic.moves.transaction, torchdevice_magic.moves.undo\n"
         "print(sorted({'torch', 'IPython', 'ipywidgets'} & set(sys.modules)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

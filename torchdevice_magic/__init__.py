@@ -17,8 +17,8 @@ __version__ = "0.1.0"
 
 
 def move(namespace: Any, device: str, names: Any = None, **options: Any) -> Any:
-    """Move objects of ``namespace`` to ``device``, all or nothing (see :mod:`.moving`)."""
-    from .moving import move as _move
+    """Move objects of ``namespace`` to ``device``, all or nothing (see :mod:`.moves`)."""
+    from .moves import move as _move
 
     return _move(namespace, device, names, **options)
 

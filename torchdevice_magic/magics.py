@@ -127,7 +127,7 @@ class DeviceMagics(Magics):
             print(f"⚠ {message}")
 
     def _checked_device(self, text: str, option: str) -> str:
-        from .moving import MoveError, resolve_device
+        from .moves import MoveError, resolve_device
 
         try:
             # typed by the user: meta is allowed here (the config gate is for one-click moves)
@@ -136,7 +136,7 @@ class DeviceMagics(Magics):
             raise UsageError(f"{option} {text}: {error}") from None
 
     def _move_before_running(self, read: list[str], device: str) -> None:
-        from .moving import MoveError
+        from .moves import MoveError
 
         inventory = self.session.rescan()
         movable = {r.root for r in inventory.records if r.movable and not r.hidden}

@@ -2,7 +2,7 @@
 
 A thin view: the rows come from ``session.inventory`` (:mod:`.inventory`), the cells from
 :func:`.render.row_cells`, and every button goes through the session (``session.move`` /
-``session.undo``), which runs the all-or-nothing engine in :mod:`.moving` and then calls
+``session.undo``), which runs the all-or-nothing engine in :mod:`.moves` and then calls
 ``refresh(session)`` on every live view, this one included.
 
 Why it is built the way it is:
