@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 import torchdevice_magic.moves as moves
-from torchdevice_magic.moves import MovedItem, MoveError, MoveResult, _devices, move, transaction
+from torchdevice_magic import devices as device_discovery
+from torchdevice_magic.moves import MovedItem, MoveError, MoveResult, move, transaction
 from torchdevice_magic.units import format_bytes
 
 HAS_CUDA = torch.cuda.is_available()
@@ -189,15 +190,14 @@ def test_available_devices_and_best_device_do_not_initialise_cuda() -> None:
     devices = moves.available_devices(allow_meta=True)
     assert devices[0] == ("cpu", True, "")
     names = [d for d, _enabled, _reason in devices]
-    assert {"mps", "meta"} <= set(names) and any(n.startswith("xpu") for n in names)
     if HAS_CUDA:
         assert [n for n in names if n.startswith("cuda")] == [
             f"cuda:{i}" for i in range(torch.cuda.device_count())
         ]
         assert moves.best_device().startswith("cuda:")
     else:
-        assert ("cuda", False, "CUDA is not available in this kernel") in devices
-        assert moves.best_device() in ("cpu", "mps") or moves.best_device().startswith("xpu")
+        assert any(n == "cuda" and not enabled for n, enabled, _r in devices)
+        assert moves.best_device() == "cpu"
     assert ("meta", True, "") in devices
     meta = [d for d in moves.available_devices(allow_meta=False) if d[0] == "meta"]
     assert meta and meta[0][1] is False and meta[0][2]
@@ -214,7 +214,7 @@ def test_available_devices_and_best_device_do_not_initialise_cuda() -> None:
         ("", "'' is not a device: "),
         (5, "5 is not a device"),
         ("cpu:1", "cpu:1 does not exist; this kernel sees cpu"),
-        ("hpu", "not supported"),
+        ("hpu", "hpu is not available in this kernel"),
     ],
 )
 def test_bad_device_is_refused_with_one_line_and_nothing_changes(device: Any, message: str) -> None:
@@ -231,9 +231,9 @@ def test_bad_device_is_refused_with_one_line_and_nothing_changes(device: Any, me
 def test_missing_cuda_or_device_index_is_refused() -> None:
     ns = {"x": torch.ones(2)}
     if not HAS_CUDA:
-        with pytest.raises(MoveError, match="^CUDA is not available in this kernel$"):
+        with pytest.raises(MoveError, match="^cuda is not available in this kernel"):
             move(ns, "cuda")
-        with pytest.raises(MoveError, match="^CUDA is not available in this kernel$"):
+        with pytest.raises(MoveError, match="^cuda is not available in this kernel"):
             move(ns, "cuda:3")
     else:
         n = torch.cuda.device_count()
@@ -693,7 +693,7 @@ def test_not_enough_memory_is_refused_with_the_numbers() -> None:
 
 
 def test_cpu_memory_is_checked_from_proc_meminfo() -> None:
-    free = _devices._free_bytes(torch.device("cpu"))
+    free = device_discovery.free_bytes(torch.device("cpu"))
     try:
         with open("/proc/meminfo") as f:
             has_meminfo = "MemAvailable:" in f.read()

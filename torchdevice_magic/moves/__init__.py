@@ -42,7 +42,7 @@ import time
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
-from ._devices import available_devices, best_device, resolve_device
+from ..devices import DeviceError, best_device
 from .result import MovedItem, MoveError, MoveResult, ProgressCallback
 
 __all__ = [
@@ -55,6 +55,24 @@ __all__ = [
     "move",
     "resolve_device",
 ]
+
+
+def resolve_device(device: Any, allow_meta: bool) -> Any:
+    """The ``torch.device`` a user typed, validated (:func:`torchdevice_magic.devices.resolve_device`);
+    :class:`MoveError` with one line otherwise. Never initialises a device."""
+    from .. import devices
+
+    try:
+        return devices.resolve_device(device, allow_meta)
+    except DeviceError as error:
+        raise MoveError(str(error)) from None
+
+
+def available_devices(allow_meta: bool) -> list[tuple[str, bool, str]]:
+    """``(device, enabled, reason)`` for each target of :func:`devices.available_targets`."""
+    from .. import devices
+
+    return [(t.device, t.enabled, t.reason) for t in devices.available_targets(allow_meta)]
 
 
 def move(

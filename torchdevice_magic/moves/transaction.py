@@ -25,9 +25,9 @@ from collections.abc import Iterable
 from itertools import compress, repeat
 from typing import TYPE_CHECKING, Any
 
+from ..devices import free_bytes as device_free_bytes
 from ..units import format_bytes
 from . import _walk as objects
-from ._devices import _free_bytes
 from .result import MovedItem, MoveError, MoveResult, ProgressCallback, one_line, reason
 
 if TYPE_CHECKING:
@@ -511,7 +511,7 @@ def check_memory(plan: Plan, need: dict[Any, int], free_bytes: int | None) -> No
         elif target.type == "meta":
             free = None  # meta stores nothing
         else:
-            free = _free_bytes(target)
+            free = device_free_bytes(target)
         if free is not None and nbytes > free:
             raise MoveError(
                 f"needs {format_bytes(nbytes)}, {format_bytes(max(free, 0))} free on "
