@@ -725,7 +725,7 @@ def test_accelerate_dispatched_models_are_refused_with_advice() -> None:
     assert model[0].weight.device.type == "cpu"
     spread = nn.Linear(2, 2)
     spread.hf_device_map = {"a": 0, "b": "cpu"}
-    with pytest.raises(MoveError, match="dispatched across devices"):
+    with pytest.raises(MoveError, match="dispatched by accelerate"):
         move({"spread": spread}, "meta", names=["spread"])
     single = nn.Linear(2, 2)
     single.hf_device_map = {"": "cpu"}  # loaded on one device, no hooks: a plain model

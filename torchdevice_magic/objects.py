@@ -606,6 +606,12 @@ def set_child(value: Any, kind: str, key: Any, child: Any) -> Any:
     if kind == Kind.MAPPING:
         old = dict.__getitem__(value, key)
         dict.__setitem__(value, key, child)
+        if type(value) is not dict and type(key) is str:
+            # ModelOutput-style (an OrderedDict that is also a dataclass): the same child is
+            # an attribute too; keep ``out.logits`` and ``out["logits"]`` the same object
+            own = instance_dict(value)
+            if own is not None and own.get(key) is old:
+                own[key] = child
         return old
     if kind == Kind.SEQUENCE:
         old = list.__getitem__(value, key)
@@ -818,6 +824,8 @@ def accelerate_dispatch(T: TorchTypes, name: str, submodules: list[Any]) -> Disp
             hooks.append(own["_hf_hook"])
     if not hooks and not isinstance(device_map, dict):
         return None
+    if not hooks and len({str(v) for v in dict.values(device_map)}) <= 1:
+        return None  # loaded on one device without hooks: a plain model (move it like one)
     weights: dict[int, tuple[str, Any]] = {}
     on_disk: set[str] = set()
     maps: dict[int, Any] = {}

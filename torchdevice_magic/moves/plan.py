@@ -23,10 +23,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, MutableMapping
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
+from .. import objects
+from ..inventory import is_ipython_bookkeeping
+from ..objects import Kind
 from ..units import device_sort_key
-from . import _walk as objects
 from .result import MoveError, reason
 from .transaction import FastSet, ModuleJob, ParamRecord, storage, tensor_nbytes
 
@@ -93,32 +95,19 @@ class Refused(Exception):
 Member = tuple[Any, str, int, Any]
 
 
-def accelerate_reason(name: str, module: Any) -> str | None:
-    """Why a module dispatched by accelerate must not be moved by hand, or None."""
-    device_map = objects.static_attr(module, "hf_device_map")
-    if isinstance(device_map, dict) and len({str(v) for v in device_map.values()}) > 1:
-        places = ", ".join(sorted({str(v) for v in device_map.values()}))
-        return (
-            f"{name} is dispatched across devices by accelerate (hf_device_map: {places}); "
-            "moving it by hand breaks its hooks: load it again with the device_map you want, "
-            f"or call accelerate.hooks.remove_hook_from_module({name}, recurse=True) first"
-        )
-    for sub in module.modules():
-        if "_hf_hook" in sub.__dict__:
-            return (
-                f"{name} has accelerate hooks (_hf_hook) that place its weights; moving it by "
-                "hand breaks them: load it again with the device_map you want, or call "
-                f"accelerate.hooks.remove_hook_from_module({name}, recurse=True) first"
-            )
-    return None
+def accelerate_reason(T: Any, name: str, module: Any) -> str | None:
+    """Why a module dispatched by accelerate must not be moved by hand (objects.py reads the
+    hooks and the device map, the scan shows the same reason), or None."""
+    dispatch = objects.accelerate_dispatch(T, name, list(module.modules()))
+    return None if dispatch is None else dispatch.reason
 
 
-def _script_reason(name: str, module: Any, torch: Any) -> str | None:
+def _script_reason(name: str, module: Any, T: Any) -> str | None:
     """TorchScript modules keep their parameters in C++ slots: ``param.data = ...`` works
     between devices with compatible tensor types (cpu <-> cuda), but where torch would have
     to swap Parameter objects (cpu <-> meta, out-of-tree backends) it cannot: refuse up
     front instead of failing half-way."""
-    script = getattr(torch.jit, "ScriptModule", None)
+    script = T.ScriptModule
     if script is None or not any(isinstance(m, script) for m in module.modules()):
         return None
     return (
@@ -152,8 +141,51 @@ def module_layout(m: Any) -> dict[str, Any]:
     return layout
 
 
-def path_text(name: str, path: tuple[Any, ...]) -> str:
-    return name + "".join(objects.step_text(step) for step in path)
+#: the holder kind of a top-level name (the namespace is written with ``ns[name] = value``)
+NAMESPACE = "namespace"
+
+
+def is_mutable(holder: Any, kind: str) -> bool:
+    return kind == NAMESPACE or objects.is_mutable(holder, kind)
+
+
+def put_back(holder: Any, kind: str, key: Any, value: Any) -> None:
+    """Put ``value`` at ``key`` of ``holder``: a name, or in place through objects.py."""
+    if kind == NAMESPACE:
+        holder[key] = value
+    else:
+        objects.set_child(holder, kind, key, value)
+
+
+class Reached(NamedTuple):
+    """A tensor, Parameter, module or optimizer the walker found under a top-level name."""
+
+    label: str  # what users read: ``trainer.model``, ``batch['x']``
+    path: tuple[Any, ...]  # the keys from the name down (what undo finds it by)
+    chain: tuple[tuple[Any, str, Any], ...]  # (holder, holder kind, key), leaf's holder first
+    value: Any
+    kind: str
+
+
+def reach(T: Any, ns: Any, name: str, value: Any) -> tuple[list[Reached], Any]:
+    """Everything the one walker (objects.walk) finds under ``ns[name]``, with where each is
+    held, up to the name: what a move needs to put moved tensors back."""
+    walked = objects.walk(T, value, name)
+    nodes = walked.nodes
+    found: list[Reached] = []
+    for leaf in walked.leaves:
+        chain: list[tuple[Any, str, Any]] = []
+        keys: list[Any] = []
+        index, key = leaf.node, leaf.key
+        while index >= 0:
+            node = nodes[index]
+            chain.append((node.value, node.kind, key))
+            keys.append(key)
+            index, key = node.parent, node.key
+        chain.append((ns, NAMESPACE, name))
+        keys.reverse()
+        found.append(Reached(leaf.path, tuple(keys), tuple(chain), leaf.value, leaf.kind))
+    return found, walked
 
 
 class Plan:
@@ -176,11 +208,14 @@ class Plan:
         self.param_dest: dict[int, Any] = {}  # id(param) -> where it will be
         self.groups: dict[tuple[Any, Any], list[Member]] = {}  # (storage key, dest) -> tensors
         self.plain_ids: set[int] = set()
-        #: (holder, key, old): at commit ``holder[key]`` (item or attribute, as objects.py
-        #: says) gets the copy of ``old``, or ``old`` rebuilt when it is an immutable container
-        self.writes: list[tuple[Any, Any, Any]] = []
-        #: id(immutable container) -> (container, [(key, old child)]) to rebuild it with
-        self.rebuilds: dict[int, tuple[Any, list[tuple[Any, Any]]]] = {}
+        #: (holder, holder kind, key, old): at commit the slot gets the copy of ``old``, or
+        #: ``old`` rebuilt when it is an immutable container (see :func:`put_back`)
+        self.writes: list[tuple[Any, str, Any, Any]] = []
+        #: id(immutable container) -> (container, kind, [(key, old child)]) to rebuild it with
+        self.rebuilds: dict[int, tuple[Any, str, list[tuple[Any, Any]]]] = {}
+        self._slots: set[tuple[int, Any]] = set()  # (id(holder), key) already planned
+        self.T = objects.TorchTypes.current()
+        self._walks: dict[int, tuple[list[Reached], Any]] = {}
         self.optimizers: set[int] = set()
         self.devstr: dict[Any, str] = {}
         self.types = (torch.Tensor, torch.nn.Module, torch.optim.Optimizer)
@@ -231,16 +266,34 @@ class Plan:
             self.add_plain(g, name, dest)
         return snb
 
-    def _change(self, holder: Any, key: Any, old: Any) -> None:
-        """``holder[key]`` (in objects.py's sense) will get the moved/rebuilt ``old``."""
-        if objects.is_immutable(holder):
+    def put_back_chain(self, chain: tuple[tuple[Any, str, Any], ...], old: Any) -> None:
+        """Plan putting the copy of ``old`` back where it was found; each immutable container
+        on the way up (tuple, namedtuple, frozen dataclass) is rebuilt and put back into its
+        own holder, up to the first mutable one (a list, dict, object, or the namespace)."""
+        for holder, kind, key in chain:
+            try:
+                slot = (id(holder), key)
+                if slot in self._slots:
+                    return
+                self._slots.add(slot)
+            except TypeError:  # an unhashable key cannot be deduplicated; plan it anyway
+                pass
+            if is_mutable(holder, kind):
+                self.writes.append((holder, kind, key, old))
+                return
             entry = self.rebuilds.get(id(holder))
             if entry is None:
-                self.rebuilds[id(holder)] = (holder, [(key, old)])
+                self.rebuilds[id(holder)] = (holder, kind, [(key, old)])
             else:
-                entry[1].append((key, old))
-        else:
-            self.writes.append((holder, key, old))
+                entry[2].append((key, old))
+            old = holder
+
+    def reach(self, name: str, value: Any) -> tuple[list[Reached], Any]:
+        cached = self._walks.get(id(value))
+        if cached is None or cached[1] is None:
+            found, walked = reach(self.T, self.ns, name, value)
+            cached = self._walks[id(value)] = (found, walked)
+        return cached
 
     # -- named objects ----------------------------------------------------------------------------
 
@@ -259,7 +312,7 @@ class Plan:
                 self.add_module(name, obj, dest, layout)
             elif issubclass(tp, optim_type):
                 self.add_optimizer(name, obj, layout)
-            elif objects.enterable(obj):
+            elif objects.kind_of(self.T, obj) in objects.COMPOSITES:
                 self._add_container(name, obj, dest, layout)
             else:
                 self.skip_or_refuse(
@@ -282,7 +335,7 @@ class Plan:
         if dev.type == "meta":
             self._check_meta_source(name, dev, dest, "this tensor")
         snb = self.add_plain(t, name, dest)
-        self.writes.append((self.ns, name, t))
+        self.writes.append((self.ns, NAMESPACE, name, t))
         self.items.append(Item(name, "tensor", t, (self.dstr(dev),), snb, self.dstr(dest), dev))
 
     def _add_parameter(self, name: str, p: Any, dest: Any) -> None:
@@ -314,7 +367,7 @@ class Plan:
     def add_module(
         self, name: str, m: Any, dest: Any, layout: Any, listed: bool = True
     ) -> Item | None:
-        reason_ = accelerate_reason(name, m)
+        reason_ = accelerate_reason(self.T, name, m)
         if reason_ is not None:
             raise Refused(reason_)
         dest_of: dict[int, Any] | None = None
@@ -341,13 +394,19 @@ class Plan:
             if dev.type == "meta":
                 raise Refused(f"{name}: {META_ADVICE}")
             pending = True
+        packed = objects.module_parts(self.T, m).extra
+        if packed and any(str(dest_) != "cpu" for dest_ in ([dest] if dest_of is None else [])):
+            raise Refused(
+                f"{name} holds dynamic-quantized layers: their packed weights live in C++ "
+                "objects that only run on the cpu; quantize the float model again after moving it"
+            )
         if not pending:
             if listed:
                 self.skipped.append((name, self._nothing_to_move(m, devices, dest)))
             return None
         wants = {dest} if dest_of is None else set(dest_of.values())
         if any(not ModuleJob.in_place_ok(a, b) for a in devices for b in wants if a != b):
-            script = _script_reason(name, m, self.torch)
+            script = _script_reason(name, m, self.T)
             if script is not None:
                 raise Refused(script)
         to_device = self.dstr(dest) if dest is not None else ", ".join(device_names(wants))
@@ -373,9 +432,6 @@ class Plan:
         with no parameters or buffers (dynamic-quantized layers keep packed weights in C++
         objects) is not "already on" anything."""
         if not devices:
-            packed = objects.packed_weights_note(m)
-            if packed:
-                return packed
             return "has no parameters or buffers to move"
         where = self.dstr(dest) if dest is not None else "its original devices"
         return f"already on {where}"
@@ -431,7 +487,7 @@ class Plan:
         devices: set[Any] = set()
         wants: set[Any] = set()
         original: dict[tuple[Any, ...], Any] = {}
-        planned: list[tuple[Any, Any, Any, Any]] = []  # (holder, key, tensor, want)
+        planned: list[tuple[Any, Any, Any]] = []  # (chain, tensor, want)
         index = 0
         for group in groups:
             # Like Optimizer.load_state_dict: step counters stay where they are (the CPU)
@@ -443,7 +499,7 @@ class Plan:
                     follow = self.param_dest.get(id(p))
                     if follow is None:
                         follow = p.device
-                    for path, holder, key, value in objects.state_tensors(entry):
+                    for path, chain, value in self._state_tensors(entry):
                         dev = value.device
                         original[(index, *path)] = dev
                         want = None if layout is None else layout.get((index, *path))
@@ -456,16 +512,16 @@ class Plan:
                         self._check_meta_source(name, dev, want, "its state")
                         devices.add(dev)
                         wants.add(want)
-                        planned.append((holder, key, value, want))
+                        planned.append((chain, value, want))
                 index += 1
         if not planned:
             if listed:
                 self.skipped.append((name, "optimizer state is already with its parameters"))
             return
         nbytes = 0
-        for holder, key, value, want in planned:
+        for chain, value, want in planned:
             nbytes += self.add_plain(value, name, want)
-            self._change(holder, key, value)
+            self.put_back_chain(chain, value)
         self.items.append(
             Item(
                 name,
@@ -479,13 +535,28 @@ class Plan:
             )
         )
 
+    def _state_tensors(self, entry: dict[Any, Any]) -> Iterable[tuple[Any, Any, Any]]:
+        """(path, chain, tensor) of one parameter's optimizer state: tensors, and tensors in
+        lists and other containers (LBFGS keeps ``old_dirs``, ``old_stps``, ``ro``, ``al``)."""
+        T = self.T
+        for key, value in list(dict.items(entry)):
+            kind = objects.kind_of(T, value)
+            if kind == Kind.TENSOR:
+                yield (key,), ((entry, Kind.MAPPING, key),), value
+            elif kind in objects.CONTAINERS:
+                holder = {key: value}  # the state entry seen as a namespace of one name
+                found, _walked = reach(T, holder, key, value)
+                for r in found:
+                    if r.kind == Kind.TENSOR:
+                        chain = (*r.chain[:-1], (entry, Kind.MAPPING, key))
+                        yield (key, *r.path), chain, r.value
+
     def _add_container(self, name: str, obj: Any, dest: Any, layout: Any) -> None:
         """A container or an object holding tensors: its tensors are copied and put back where
         they were found (mutable holders changed in place, immutable ones rebuilt); modules
         and optimizers inside move in place with it.
 
         ``layout`` (undo): ``{path: (id of the tensor the move put there, device before)}``."""
-        parameter = self.torch.nn.Parameter
         if layout is None:
             whole = dest
 
@@ -497,75 +568,74 @@ class Plan:
                 was = layout.get(path)
                 return was[1] if was is not None and was[0] == id(t) else None
 
-        found = objects.walk_for_move(obj, self.types)
-        if found.refused:
-            self.skip_or_refuse(name, f"{name}: {found.refused}")
+        found, walked = self.reach(name, obj)
+        if walked.truncated:
+            self.skip_or_refuse(
+                name,
+                f"{name} holds more than {walked.cap:,} elements: name the tensors in it directly",
+            )
             return
         devices: set[Any] = set()
         wants: set[Any] = set()
         leaves: list[tuple[tuple[Any, ...], Any, Any]] = []
-        planned: list[tuple[Any, Any, Any, Any]] = []  # (holder, key, tensor, want)
-        for path, holders, t in found.tensors:
+        planned: list[tuple[Reached, Any]] = []
+        modules: list[Reached] = []
+        optimizers: list[Reached] = []
+        tensors = 0
+        for r in found:
+            if r.kind == Kind.MODULE:
+                modules.append(r)
+                continue
+            if r.kind == Kind.OPTIMIZER:
+                optimizers.append(r)
+                continue
+            tensors += 1
+            t = r.value
             dev = t.device
             devices.add(dev)
-            want = target(path, t)
+            want = target(r.path, t)
             if want is None or dev == want:
                 continue
-            self._check_meta_source(name, dev, want, "a tensor in it")
-            planned.append((path, holders, t, want))
-            leaves.append((path, t, dev))
+            self._check_meta_source(name, dev, want, f"{r.label}")
+            planned.append((r, want))
+            leaves.append((r.path, t, dev))
         nested: list[Item] = []
         if dest is not None:  # undo finds nested modules and optimizers on its own
-            for path, m in found.modules:
-                item = self.add_module(path_text(name, path), m, dest, None, listed=False)
+            for r in modules:
+                item = self.add_module(r.label, r.value, dest, None, listed=False)
                 if item is not None:
                     nested.append(item)
                     devices.update(self.torch.device(d) for d in item.from_devices)
-            for path, opt in found.optimizers:
+            for r in optimizers:
                 before = len(self.items)
-                self.add_optimizer(path_text(name, path), opt, None, listed=False)
+                self.add_optimizer(r.label, r.value, None, listed=False)
                 nested.extend(self.items[before:])
-        wants.update(w for _p, _h, _t, w in planned)
+        wants.update(w for _r, w in planned)
         for item in nested:
-            wants.add(self.torch.device(item.to_device.split(", ")[0]))
+            wants.update(self.torch.device(d) for d in item.to_device.split(", "))
         if not planned and not nested:
-            if not found.tensors and not found.modules and not found.optimizers:
+            if not found:
                 self.skip_or_refuse(name, f"{name} holds no tensors")
             else:
                 where = self.dstr(dest) if dest is not None else "its original devices"
                 self.skipped.append((name, f"already on {where}"))
             return
-        done: set[tuple[int, Any]] = set()
-        for path, holders, t, want in planned:
-            if issubclass(type(t), parameter):
-                self._move_param_in_place(name, t, want)
-                continue
-            self.add_plain(t, name, want)
-            # put the copy back where it was found; every immutable container on the way up
-            # is rebuilt and put back into its own parent (the name itself for the root)
-            old = t
-            for depth in range(len(path) - 1, -1, -1):
-                holder, key = holders[depth], path[depth]
-                if (id(holder), key) in done:
-                    break
-                done.add((id(holder), key))
-                self._change(holder, key, old)
-                if not objects.is_immutable(holder):
-                    break
-                old = holder
+        for r, want in planned:
+            if r.kind == Kind.PARAMETER:
+                self._move_param_in_place(r.label, r.value, want)
             else:
-                if (id(obj), None) not in done:
-                    done.add((id(obj), None))
-                    self.writes.append((self.ns, name, obj))
+                self.add_plain(r.value, name, want)
+                self.put_back_chain(r.chain, r.value)
         seen: set[Any] = set()
         nbytes = 0
-        for _path, _h, t in found.tensors:
-            key, snb, _s = storage(t)
-            if key not in seen:
-                seen.add(key)
-                nbytes += snb
+        for r in found:
+            if r.kind == Kind.TENSOR or r.kind == Kind.PARAMETER:
+                key, snb, _s = storage(r.value)
+                if key not in seen:
+                    seen.add(key)
+                    nbytes += snb
         nbytes += sum(item.nbytes for item in nested)
-        kind = "container" if objects.is_container(obj) else "object"
+        kind = "container" if objects.kind_of(self.T, obj) in objects.CONTAINERS else "object"
         item = Item(
             name, kind, obj, device_names(devices), nbytes, ", ".join(device_names(wants)), None
         )
@@ -788,14 +858,19 @@ def plan_move(namespace: MutableMapping[str, Any], dest: Any, names: Iterable[st
         fast_names = [
             n
             for n, v in items
-            if type(v) is tensor_type and type(n) is str and not objects.is_ipython_name(n)
+            if type(v) is tensor_type and type(n) is str and not is_ipython_bookkeeping(n)
         ]
         if fast_names:
             plan.fast[dest] = (fast_names, list(map(namespace.__getitem__, fast_names)))
         for name, value in [(n, v) for n, v in items if type(v) is not tensor_type]:
-            if not isinstance(name, str) or objects.is_ipython_name(name):
+            if not isinstance(name, str) or is_ipython_bookkeeping(name):
                 continue
-            if objects.movable(value):  # the same test the scan's "movable" column uses
+            kind = objects.kind_of(plan.T, value)
+            # what the scan lists as movable: tensors, modules, optimizers, and composites
+            # the one walker finds any of them in
+            if kind in objects.LEAVES or (
+                kind in objects.COMPOSITES and plan.reach(name, value)[0]
+            ):
                 selected.append((name, value))
     # Modules first (Parameters named on their own then see they move with them), then the
     # rest; optimizers last, because their state follows wherever their parameters end up.

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..devices import free_bytes as device_free_bytes
 from ..units import format_bytes
-from . import _walk as objects
 from .result import MovedItem, MoveError, MoveResult, ProgressCallback, one_line, reason
 
 if TYPE_CHECKING:
@@ -232,15 +231,14 @@ class FastSet:
 class _RunState:
     """What the run did so far: what rollback undoes, and what failed."""
 
-    __slots__ = ("current", "applied", "new_of", "committed", "opt_done", "fast_done")
+    __slots__ = ("current", "applied", "new_of", "committed", "fast_done")
 
     def __init__(self) -> None:
         self.current = ""
         self.fast_done: list[tuple[FastSet, int]] = []
         self.applied: list[ModuleJob] = []
         self.new_of: dict[int, Any] = {}
-        self.committed: list[tuple[str, Any]] = []
-        self.opt_done: list[tuple[dict[Any, Any], Any, Any]] = []
+        self.committed: list[tuple[Any, str, Any, Any]] = []
 
 
 def _anchor(anchors: dict[Any, Any], old: Any, new: Any, base_obj: Any) -> None:
@@ -610,13 +608,17 @@ def _resolve(plan: Plan, old: Any, new_of: dict[int, Any], memo: dict[int, Any])
         return old
     new = memo.get(id(old))
     if new is None:
-        container, parts = entry
+        from .. import objects
+
+        container, kind, parts = entry
         changes = {key: _resolve(plan, child, new_of, memo) for key, child in parts}
-        new = memo[id(old)] = objects.rebuild(container, changes)
+        new = memo[id(old)] = objects.rebuilt(container, kind, changes)
     return new
 
 
 def _run(plan: Plan, state: _RunState, report: _Progress | None, need: dict[Any, int]) -> None:
+    from .plan import NAMESPACE, put_back
+
     torch = plan.torch
     copier = Copier(torch)
     # 1. Modules and Parameters, in place.
@@ -668,19 +670,18 @@ def _run(plan: Plan, state: _RunState, report: _Progress | None, need: dict[Any,
     # 4. Commit: new immutable containers first, then every write; rebinding names, items,
     # attributes and optimizer state cannot run out of device memory.
     memo: dict[int, Any] = {}
-    resolved: list[tuple[Any, Any, Any, Any]] = []
-    for holder, key, old in plan.writes:
-        state.current = plan.label if holder is plan.ns else ""
+    resolved: list[tuple[Any, str, Any, Any, Any]] = []
+    for holder, kind, key, old in plan.writes:
         new = _resolve(plan, old, new_of, memo)
         if new is not old:
-            resolved.append((holder, key, old, new))
+            resolved.append((holder, kind, key, old, new))
     committed = state.committed
-    ns = plan.ns
-    for holder, key, old, new in resolved:
-        state.current = key if holder is ns and isinstance(key, str) else ""
-        committed.append((holder, key, old))
-        objects.put_back(holder, key, new)
+    for holder, kind, key, old, new in resolved:
+        state.current = key if kind == NAMESPACE and isinstance(key, str) else ""
+        committed.append((holder, kind, key, old))
+        put_back(holder, kind, key, new)
     state.current = ""
+    ns = plan.ns
     plain_dict = type(ns) is dict
     for fs in plan.fast_sets:
         if plain_dict:
@@ -726,17 +727,19 @@ def _anchors(plan: Plan, new_of: dict[int, Any]) -> dict[tuple[Any, Any], tuple[
 
 
 def _rollback(plan: Plan, state: _RunState) -> list[str]:
+    from .plan import NAMESPACE, put_back
+
     problems: list[str] = []
     for fs, count in reversed(state.fast_done):
         try:
             plan.ns.update(zip(fs.names[:count], fs.tensors[:count], strict=True))
         except Exception:
             problems.append("names")
-    for holder, key, old in reversed(state.committed):
+    for holder, kind, key, old in reversed(state.committed):
         try:
-            objects.put_back(holder, key, old)
+            put_back(holder, kind, key, old)
         except Exception:
-            problems.append(str(key) if holder is plan.ns else "a container")
+            problems.append(str(key) if kind == NAMESPACE else "a container")
     for job in reversed(state.applied):
         try:
             job.restore()
