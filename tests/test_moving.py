@@ -1,8 +1,8 @@
 """The move engine (torchdevice_magic.moves): cpu <-> meta here, cpu <-> cuda where a GPU is.
 
-``meta`` runs the real move path but keeps no data, so values are checked on CUDA only; the
-``lazy`` device of torch's TorchScript lazy backend (CPU-only, keeps data) stands in for a
-second device with data where undo and per-parameter restores need one.
+``meta`` runs the real move path but keeps no data; the simulated accelerator
+(``torchdevice_magic.testing``, tests marked ``simulated``) is the second device that keeps data
+where undo and per-parameter restores need one.
 """
 
 from __future__ import annotations
@@ -778,7 +778,7 @@ def test_undo_from_meta_is_refused() -> None:
 
 def _undo_round_trip(target: str) -> None:
     ns = make_namespace()
-    ns.pop("view")  # views are checked in the matrix above; the lazy device cannot keep offsets
+    ns.pop("view")  # views are checked in the matrix above
     before = snapshot(ns)
     model = ns["model"]
     param_ids = [id(p) for p in model.parameters()]
@@ -833,53 +833,45 @@ def _spanning_undo(other: str) -> None:
     ids = [id(p) for p in model.parameters()]
     ns = {"model": model}
     result = move(ns, "cpu")
-    assert result.moved[0].from_devices == ("cpu", str(torch.device(other, 0)))
+    assert result.moved[0].from_devices == ("cpu", str(torch.device(other.split(":")[0], 0)))
     assert all(p.device.type == "cpu" for p in model.parameters())
     back = result.undo()
     assert back.ok, back.failed
     assert [id(p) for p in model.parameters()] == ids
-    assert [p.device.type for p in model.parameters()] == ["cpu", "cpu", other, other]
+    kind = torch.device(other).type
+    assert [p.device.type for p in model.parameters()] == ["cpu", "cpu", kind, kind]
     assert all(
         torch.equal(p.detach().cpu(), v) for p, v in zip(model.parameters(), values, strict=True)
     )
 
 
-@pytest.fixture
-def lazy(monkeypatch: pytest.MonkeyPatch, lazy_backend: str) -> str:
-    """torch's TorchScript lazy backend: a second device with data on a CPU-only machine."""
-    del lazy_backend  # initialised (or the test skipped) by the fixture
-    real = moves.resolve_device
-    monkeypatch.setattr(
-        moves,
-        "resolve_device",
-        lambda d, allow: torch.device("lazy", 0) if d == "lazy" else real(d, allow),
-    )
-    return "lazy"
+@pytest.mark.simulated
+def test_undo_round_trip_is_bit_exact_on_a_device_with_data(simulated_device: str) -> None:
+    _undo_round_trip(simulated_device)
 
 
-def test_undo_round_trip_is_bit_exact_on_a_device_with_data(lazy: str) -> None:
-    _undo_round_trip(lazy)
+@pytest.mark.simulated
+def test_undo_puts_a_module_spanning_devices_back_per_parameter(simulated_device: str) -> None:
+    _spanning_undo(simulated_device)
 
 
-def test_undo_puts_a_module_spanning_devices_back_per_parameter(lazy: str) -> None:
-    _spanning_undo(lazy)
-
-
-def test_undo_skips_names_rebound_since(lazy: str) -> None:
+@pytest.mark.simulated
+def test_undo_skips_names_rebound_since(simulated_device: str) -> None:
     ns = {"x": torch.ones(2), "y": torch.ones(3)}
-    result = move(ns, lazy)
+    result = move(ns, simulated_device)
     ns["y"] = "something else"
     back = result.undo()
     assert [i.name for i in back.moved] == ["x"] and ns["x"].device.type == "cpu"
     assert back.skipped == [("y", "y was rebound since the move; left as it is")]
 
 
+@pytest.mark.simulated
 def test_fault_during_undo_leaves_things_as_they_were(
-    lazy: str, monkeypatch: pytest.MonkeyPatch
+    simulated_device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ns = make_namespace()
     ns.pop("view")
-    result = move(ns, lazy)
+    result = move(ns, simulated_device)
     moved = snapshot(ns)
     with monkeypatch.context() as m:
         m.setattr(torch.Tensor, "to", CountingFault(torch.Tensor.to, 4, RuntimeError("undo fault")))

@@ -141,6 +141,15 @@ def module_layout(m: Any) -> dict[str, Any]:
     return layout
 
 
+def is_parameter(torch: Any, t: Any) -> bool:
+    """A Parameter, also one of a device's tensor subclass (``nn.Parameter(subclass)`` keeps
+    the subclass and sets ``_is_param``, which Parameter's isinstance check reads)."""
+    tp = type(t)
+    if tp is torch.Tensor:
+        return False
+    return tp is torch.nn.Parameter or isinstance(t, torch.nn.Parameter)
+
+
 #: the holder kind of a top-level name (the namespace is written with ``ns[name] = value``)
 NAMESPACE = "namespace"
 
@@ -246,12 +255,7 @@ class Plan:
 
         Returns the bytes of its storage."""
         tid = id(t)
-        try:
-            s = t.untyped_storage()
-            key = s._cdata
-            snb = s.nbytes()
-        except Exception:
-            s, key, snb = None, ("tensor", tid), tensor_nbytes(t)
+        key, snb, s = storage(t)
         if tid in self.plain_ids:
             return snb
         g = t.grad if t.is_leaf else None  # (read before the plan changes)
@@ -303,8 +307,7 @@ class Plan:
         tp = type(obj)
         try:
             if issubclass(tp, tensor_type):
-                # issubclass, not isinstance: Parameter's metaclass makes isinstance slow
-                if issubclass(tp, self.torch.nn.Parameter):
+                if is_parameter(self.torch, obj):
                     self._add_parameter(name, obj, dest if dest is not None else layout)
                 else:
                     self._add_tensor(name, obj, dest if dest is not None else layout)
@@ -621,7 +624,7 @@ class Plan:
                 self.skipped.append((name, f"already on {where}"))
             return
         for r, want in planned:
-            if r.kind == Kind.PARAMETER:
+            if r.kind == Kind.PARAMETER or is_parameter(self.torch, r.value):
                 self._move_param_in_place(r.label, r.value, want)
             else:
                 self.add_plain(r.value, name, want)

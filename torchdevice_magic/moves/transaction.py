@@ -47,7 +47,12 @@ def storage(t: Any) -> tuple[Any, int, Any]:
     """(key, nbytes, storage object) of a tensor's storage; a per-tensor key when it has none."""
     try:
         s = t.untyped_storage()
-        return s._cdata, s.nbytes(), s
+        n = s.nbytes()
+        if n == 0 and t.numel() and t.device.type != "meta":
+            # a storage-less wrapper (an out-of-tree device such as the simulated one): its
+            # data lives in wrapped tensors; copied on its own, values kept
+            return ("tensor", id(t)), tensor_nbytes(t), None
+        return s._cdata, n, s
     except Exception:
         return ("tensor", id(t)), tensor_nbytes(t), None
 

@@ -128,10 +128,12 @@ def undo(record: UndoRecord, progress: ProgressCallback | None) -> MoveResult:
         targets.update(str(d) for d in set(devices))
         for name, oid, dev in zip(names, ids, devices, strict=True):
             obj = ns.get(name, missing)
-            if id(obj) == oid and type(obj) is tensor_type:
-                plan.add_fast(name, obj, dev)
-            else:
+            if id(obj) != oid:
                 plan.skipped.append((name, f"{name} was rebound since the move; left as it is"))
+            elif type(obj) is tensor_type:
+                plan.add_fast(name, obj, dev)
+            else:  # a device's own tensor subclass (an out-of-tree backend's wrapper)
+                plan.add(name, obj, dev)
     # Last: optimizer state follows the parameters planned above (state created after the
     # move has no recorded device and follows its parameter like the rest).
     for entry, obj in optimizers:
