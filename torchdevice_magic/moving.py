@@ -58,7 +58,7 @@ from itertools import compress, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .inventory import is_ipython_bookkeeping
+from .scanner import is_ipython_bookkeeping
 from .units import device_sort_key, format_bytes
 
 if TYPE_CHECKING:  # torch is imported inside functions: importing this module must not import it

@@ -1,32 +1,40 @@
 """Which tensors, modules and optimizers live in a namespace, on which devices, taking how much.
 
-Pure core: no IPython, no ipywidgets, and torch is never imported here — if the user has not
+Data flows one way: namespace -> :mod:`.objects` (the one walker) -> :class:`Scanner` (per
+session, incremental) -> :class:`Inventory` (immutable result of typed :class:`Record` rows).
+
+Pure core: no IPython, no ipywidgets, and torch is never imported here: if the user has not
 imported torch there is nothing to find. Everything a user object could do to us (properties
 that raise, lying ``__len__``, self-referencing containers, generators) is guarded: a hostile
-object becomes a skipped name, never an exception.
+object becomes a skipped name or an "unreadable" record, never an exception.
 
-Memory is counted once per storage, keyed by ``(device, data_ptr)`` (``data_ptr`` is 0 for
-meta and empty storages, so those fall back to the StorageImpl address). Views, aliases, tied
-weights, a name bound to a module's own Parameter: each storage counts once in the totals.
+Memory is counted once per storage (:func:`.objects.add_storages` keys): views, aliases, tied
+weights, a name bound to a module's own Parameter: each storage counts once in the totals and
+once in a module's parameter/buffer bytes.
 
 The scan never keeps a user's tensor alive: an :class:`Inventory` holds numbers and strings,
-ids, and weak references to modules and optimizers (never to Parameters: torch's swap-based
-``Module._apply`` refuses to swap tensors that have weak references).
+ids, the shapes of walked containers (keys, never values), and weak references to modules and
+optimizers (never to Parameters: torch's swap-based ``Module._apply`` refuses to swap tensors
+that have weak references).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 import weakref
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from functools import partial
 from itertools import chain, compress, repeat
 from operator import attrgetter, methodcaller, ne
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
+from . import objects
+from .objects import Kind, TorchTypes
+from .records import DeviceTotal, Record
 from .units import device_sort_key, format_bytes
 
 #: IPython's own bookkeeping: never user objects (``Out`` is looked at only with include_hidden).
@@ -37,9 +45,9 @@ IPYTHON_NAMES = frozenset(
 _IPYTHON_NUMBERED = re.compile(r"_i?\d+\Z")
 
 #: Containers nested deeper than this are not walked (a nested batch is rarely deeper).
-MAX_CONTAINER_DEPTH = 3
+MAX_CONTAINER_DEPTH = objects.MAX_DEPTH
 #: The hard safety cap on elements visited in one container; hitting it is reported.
-CONTAINER_ELEMENT_CAP = 100_000
+CONTAINER_ELEMENT_CAP = objects.ELEMENT_CAP
 #: A container holding more tensors than this becomes one aggregated record.
 AGGREGATE_ABOVE = 16
 
@@ -52,100 +60,42 @@ def is_ipython_bookkeeping(name: str) -> bool:
     )
 
 
-@dataclass(slots=True)
-class Record:
-    """One row of the inventory: a top-level name, an element of a small container, or one
-    aggregated big container."""
-
-    name: str
-    root: str
-    kind: str  # "tensor" | "parameter" | "module" | "optimizer" | "container"
-    type: str
-    devices: tuple[str, ...]
-    dtype: str | None = None
-    shape: tuple[int, ...] | None = None
-    numel: int = 0
-    bytes: int = 0
-    would_need_bytes: int = 0
-    requires_grad: bool = False
-    grad_bytes: int = 0
-    bytes_by_device: dict[str, int] = field(default_factory=dict)
-    shares_with: tuple[str, ...] = ()
-    hidden: bool = False
-    mixed: bool = False
-    note: str = ""
-    movable: bool = True
-    # modules
-    param_count: int = 0
-    param_bytes: dict[str, int] = field(default_factory=dict)
-    buffer_bytes: dict[str, int] = field(default_factory=dict)
-    grad_bytes_by_device: dict[str, int] = field(default_factory=dict)
-    # optimizers
-    state_bytes: dict[str, int] = field(default_factory=dict)
-    param_devices: tuple[str, ...] = ()
-    # containers
-    element_count: int = 0
-    truncated: bool = False
-
-    @property
-    def device(self) -> str:
-        return ", ".join(self.devices) if self.devices else "-"
-
-    def size_order(self) -> tuple[int, str]:
-        """Sort key of every view: biggest first (meta rows by what they would need), then name."""
-        return (-max(self.bytes, self.would_need_bytes), self.name)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The protocol row (see :mod:`torchdevice_magic.protocol`)."""
-        return {
-            "name": self.name,
-            "root": self.root,
-            "kind": self.kind,
-            "type": self.type,
-            "device": self.device,
-            "devices": list(self.devices),
-            "dtype": self.dtype,
-            "shape": list(self.shape) if self.shape is not None else None,
-            "numel": self.numel,
-            "bytes": self.bytes,
-            "would_need_bytes": self.would_need_bytes,
-            "grad_bytes": self.grad_bytes,
-            "requires_grad": self.requires_grad,
-            "shares_with": list(self.shares_with),
-            "hidden": self.hidden,
-            "mixed": self.mixed,
-            "note": self.note,
-            "movable": self.movable,
-        }
+# --------------------------------------------------------------------------------------------
+# What one top-level name produced
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceTotal:
+class _Grad(NamedTuple):
+    key: tuple
     device: str
-    bytes: int
-    would_need_bytes: int
-    allocated: int | None = None
-    reserved: int | None = None
-    capacity: int | None = None
+    nbytes: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "bytes": self.bytes,
-            "would_need_bytes": self.would_need_bytes,
-            "allocated": self.allocated,
-            "reserved": self.reserved,
-            "capacity": self.capacity,
-        }
+
+class _TensorFacts(NamedTuple):
+    """A plain tensor or Parameter bound to a name: the common case, kept compact. A Record
+    costs more to build than reading the tensor, and most scans (the hook's, after every cell)
+    never look at records of tensors nobody changed, so records are built only when asked."""
+
+    id: int
+    type: type
+    device: str
+    dtype: Any
+    shape: Any
+    requires_grad: bool
+    key: tuple
+    nbytes: int
+    grad: _Grad | None
+
+
+_make_facts = partial(tuple.__new__, _TensorFacts)
 
 
 class _Entry:
-    """What one top-level name produced, plus what it takes to know, next time, whether the
-    name still holds the same thing (``signature``)."""
+    """What one top-level name produced (records, storages), plus what it takes to know, next
+    time, whether the name still holds the same thing."""
 
     __slots__ = (
         "object_id", "records", "storages", "signature", "ref", "volatile", "record_keys",
-        "tensor_ids",
+        "tensor_ids", "structure", "kind",
     )  # fmt: skip
 
     def __init__(
@@ -156,6 +106,7 @@ class _Entry:
         signature: Any = None,
         ref: Any = None,
         volatile: bool = False,
+        kind: str = "",
     ) -> None:
         self.object_id = object_id
         self.records = records
@@ -164,11 +115,14 @@ class _Entry:
         self.signature = signature
         self.ref = ref
         self.volatile = volatile
+        self.kind = kind or (records[0].kind if records else "")
         # For entries with several records (a small container): each record's storage keys.
         self.record_keys: list[Iterable[tuple]] | None = None
         # ids of the tensors this entry reaches (a module's parameters and buffers, a
         # container's tensors) or, for an optimizer, of the parameters it updates
         self.tensor_ids: tuple[int, ...] = ()
+        # composites: the shape of what was walked (keys only), for objects.signature
+        self.structure: tuple | None = None
 
     def keys_per_record(self) -> Iterable[tuple[Record, Iterable[tuple]]]:
         if self.record_keys is None:
@@ -176,92 +130,20 @@ class _Entry:
         return zip(self.records, self.record_keys, strict=True)
 
 
+def _entry_storages(entry: Any) -> Mapping[tuple, tuple[str, int]]:
+    return _facts_storages(entry) if type(entry) is _TensorFacts else entry.storages
+
+
+def _entry_volatile(entry: Any) -> bool:
+    if type(entry) is _TensorFacts:
+        # A tensor's grad can appear in any cell, and a Parameter can't be weakly referenced
+        # (swap-based Module._apply refuses such tensors): look at both again next time.
+        return entry.requires_grad or entry.type.__name__ == "Parameter"
+    return entry.volatile
+
+
 # --------------------------------------------------------------------------------------------
-# Facts about one tensor
-
-
-class _Torch:
-    """The few torch objects the scan needs, looked up once per scan (torch already imported)."""
-
-    __slots__ = (
-        "torch", "Tensor", "Parameter", "Module", "Optimizer", "UntypedStorage", "dtype_names",
-    )  # fmt: skip
-
-    _device_names: dict[Any, str] = {}
-
-    def __init__(self, torch: Any) -> None:
-        self.torch = torch
-        self.Tensor = torch.Tensor
-        self.Parameter = torch.nn.Parameter
-        self.Module = torch.nn.Module
-        self.Optimizer = torch.optim.Optimizer
-        self.UntypedStorage = torch.UntypedStorage
-        self.dtype_names: dict[Any, str] = {}
-
-    def device_name(self, device: Any) -> str:
-        names = self._device_names
-        name = names.get(device)
-        if name is None:
-            name = names[device] = str(device)
-        return name
-
-    def dtype_name(self, dtype: Any) -> str:
-        names = self.dtype_names
-        name = names.get(dtype)
-        if name is None:
-            name = names[dtype] = str(dtype).removeprefix("torch.")
-        return name
-
-
-def _storage_facts(tensor: Any, device: str, into: dict[tuple, tuple[str, int]]) -> int:
-    """Add the tensor's storage(s) to ``into``; return the bytes they would need."""
-    try:
-        storage = tensor.untyped_storage()
-        pointer = storage.data_ptr()
-        nbytes = storage.nbytes()
-        # data_ptr is 0 on meta (and for empty storages): fall back to the StorageImpl address,
-        # which is what identifies a storage when there is no data pointer.
-        key = (device, pointer) if pointer else (device, "impl", storage._cdata)
-        into[key] = (device, nbytes)
-        return nbytes
-    except Exception:
-        return _storage_facts_unusual(tensor, device, into)
-
-
-def _storage_facts_unusual(tensor: Any, device: str, into: dict[tuple, tuple[str, int]]) -> int:
-    """Sparse, nested, wrapper-subclass and fake tensors have no plain storage."""
-    inner: list[Any] = []
-    try:
-        layout = str(tensor.layout)
-    except Exception:
-        layout = ""
-    try:
-        if layout == "torch.sparse_coo":
-            inner = [tensor._indices(), tensor._values()]
-        elif layout in ("torch.sparse_csr", "torch.sparse_bsr"):
-            inner = [tensor.crow_indices(), tensor.col_indices(), tensor.values()]
-        elif layout in ("torch.sparse_csc", "torch.sparse_bsc"):
-            inner = [tensor.ccol_indices(), tensor.row_indices(), tensor.values()]
-        elif getattr(tensor, "is_nested", False) is True:
-            inner = [tensor.values()]
-        elif hasattr(type(tensor), "__tensor_flatten__"):
-            names, _ = tensor.__tensor_flatten__()
-            inner = [getattr(tensor, n) for n in names]
-    except Exception:
-        inner = []
-    total = 0
-    for part in inner:
-        if part is not tensor:
-            total += _storage_facts(part, device, into)
-    if inner:
-        return total
-    # Fake and other storage-less tensors: count what they would need, under a private key.
-    try:
-        nbytes = int(tensor.numel()) * int(tensor.element_size())
-    except Exception:
-        nbytes = 0
-    into[(device, "object", id(tensor))] = (device, nbytes)
-    return nbytes
+# Facts about tensors
 
 
 _get_device = attrgetter("device")
@@ -272,16 +154,16 @@ _get_grad = attrgetter("grad")
 _data_ptr = methodcaller("data_ptr")
 
 
-def _device_names_of(T: _Torch, tensors: list[Any]) -> list[str]:
+def _device_names_of(T: TorchTypes, tensors: list[Any]) -> list[str]:
     devices = list(map(_get_device, tensors))
     try:
-        return list(map(T._device_names.__getitem__, devices))
+        return list(map(T.device_names.__getitem__, devices))
     except KeyError:
         return [T.device_name(device) for device in devices]
 
 
 def _read_storages(
-    T: _Torch, tensors: list[Any], devices: list[str], into: dict[tuple, tuple[str, int]]
+    T: TorchTypes, tensors: list[Any], devices: list[str], into: dict[tuple, tuple[str, int]]
 ) -> list[int]:
     """Each tensor's storage bytes, with its key added to ``into``.
 
@@ -293,14 +175,153 @@ def _read_storages(
         pointers = list(map(T.UntypedStorage.data_ptr, storages))
         sizes = list(map(T.UntypedStorage.nbytes, storages))
     except Exception:
-        return [_storage_facts(t, d, into) for t, d in zip(tensors, devices, strict=True)]
-    keys = list(zip(devices, pointers, strict=True))
-    if 0 in pointers:  # meta and empty storages have no data pointer
-        for index, pointer in enumerate(pointers):
-            if not pointer:
-                keys[index] = (devices[index], "impl", storages[index]._cdata)
-    into.update(zip(keys, zip(devices, sizes, strict=True), strict=True))
+        return [objects.add_storages(T, t, d, into) for t, d in zip(tensors, devices, strict=True)]
+    if 0 in pointers:  # meta, empty and wrapper-device storages have no data pointer
+        return [objects.add_storages(T, t, d, into) for t, d in zip(tensors, devices, strict=True)]
+    into.update(zip(zip(devices, pointers), zip(devices, sizes)))  # noqa: B905 - same lengths
     return sizes
+
+
+def _grad_facts(T: TorchTypes, tensor: Any) -> _Grad | None:
+    # .grad of a non-leaf tensor makes torch warn: only leaves (or retain_grad) have one
+    if not (tensor.is_leaf or tensor.retains_grad):
+        return None
+    grad = tensor.grad
+    if grad is None:
+        return None
+    into: dict[tuple, tuple[str, int]] = {}
+    device = T.device_name(grad.device)
+    objects.add_storages(T, grad, device, into)
+    key, (_, nbytes) = next(iter(into.items()))
+    return _Grad(key, device, nbytes)
+
+
+def _plain_tensor_facts(T: TorchTypes, tensor: Any, tp: type) -> _TensorFacts | None:
+    """Facts of a strided tensor or Parameter, or None when it needs the careful path."""
+    try:
+        device_object = tensor.device
+        device = T.device_names.get(device_object) or T.device_name(device_object)
+        storage = tensor.untyped_storage()
+        pointer = storage.data_ptr()
+        if not pointer and device != "meta":
+            return None  # empty, or a wrapper device: the careful path keys it
+        key = (device, pointer) if pointer else (device, "impl", storage._cdata)
+        requires_grad = tensor.requires_grad
+        return _TensorFacts(
+            id(tensor),
+            tp,
+            device,
+            tensor.dtype,
+            tensor.shape,
+            requires_grad,
+            key,
+            storage.nbytes(),
+            _grad_facts(T, tensor) if requires_grad else None,
+        )
+    except Exception:
+        return None
+
+
+def _facts_storages(facts: _TensorFacts) -> dict[tuple, tuple[str, int]]:
+    storages = {facts.key: (facts.device, facts.nbytes)}
+    grad = facts.grad
+    if grad is not None:
+        storages[grad.key] = (grad.device, grad.nbytes)
+    return storages
+
+
+def _facts_record(T: TorchTypes, name: str, facts: _TensorFacts, root: str | None = None) -> Record:
+    device = facts.device
+    actual = 0 if device == "meta" else facts.nbytes
+    grad = facts.grad
+    grad_bytes = 0 if grad is None or grad.device == "meta" else grad.nbytes
+    return Record(
+        name,
+        root or name,
+        "parameter" if facts.type is T.Parameter else "tensor",
+        facts.type.__name__,
+        (device,),
+        T.dtype_name(facts.dtype),
+        tuple(facts.shape),
+        facts.shape.numel(),
+        actual,
+        facts.nbytes,
+        facts.requires_grad,
+        grad_bytes,
+        {device: actual},
+        movable=device != "meta",
+        movable_reason="meta tensors hold no data" if device == "meta" else "",
+    )
+
+
+def _batch_tensor_facts(
+    T: TorchTypes, names: list[str], tensors: list[Any], into: dict[str, Any]
+) -> list[str]:
+    """:func:`_plain_tensor_facts` for many tensors at once, column-wise (the full scan's hot
+    path); falls back to one at a time if any of them needs the careful path. Returns the
+    names to look at again in every rescan (grad-carrying tensors and Parameters)."""
+    try:
+        devices = _device_names_of(T, tensors)
+        storages = list(map(T.Tensor.untyped_storage, tensors))
+        pointers = list(map(T.UntypedStorage.data_ptr, storages))
+        if 0 in pointers:
+            # empty, meta and wrapper-device storages: those few take the careful path
+            careful = [p == 0 for p in pointers]
+            volatile = _batch_careful(
+                T, list(compress(names, careful)), list(compress(tensors, careful)), into
+            )
+            keep = [not c for c in careful]
+            names, tensors = list(compress(names, keep)), list(compress(tensors, keep))
+            devices, storages = list(compress(devices, keep)), list(compress(storages, keep))
+            pointers = list(compress(pointers, keep))
+            return volatile + _batch_tensor_facts(T, names, tensors, into)
+        sizes = list(map(T.UntypedStorage.nbytes, storages))
+        requires_grad = list(map(_get_requires_grad, tensors))
+        grads: list[Any] = [None] * len(tensors)
+        if True in requires_grad:
+            for index, flag in enumerate(requires_grad):
+                if flag:
+                    grads[index] = _grad_facts(T, tensors[index])
+        into.update(
+            zip(
+                names,
+                map(
+                    _make_facts,
+                    zip(
+                        map(id, tensors),
+                        map(type, tensors),
+                        devices,
+                        map(_get_dtype, tensors),
+                        map(_get_shape, tensors),
+                        requires_grad,
+                        zip(devices, pointers, strict=True),
+                        sizes,
+                        grads,
+                        strict=True,
+                    ),
+                ),
+                strict=True,
+            )
+        )
+        volatile = list(compress(names, requires_grad))
+        if T.Parameter in set(map(type, tensors)):
+            volatile += [n for n, t in zip(names, tensors, strict=True) if type(t) is T.Parameter]
+        return volatile
+    except Exception:
+        return _batch_careful(T, names, tensors, into)
+
+
+def _batch_careful(T: TorchTypes, names: list[str], tensors: list[Any], into: dict) -> list[str]:
+    volatile = []
+    for name, tensor in zip(names, tensors, strict=True):
+        entry = _inspect(T, name, tensor)
+        if entry is None:
+            into.pop(name, None)
+            continue
+        into[name] = entry
+        if _entry_volatile(entry):
+            volatile.append(name)
+    return volatile
 
 
 def _special_note(tensor: Any, tp: type) -> str:
@@ -335,27 +356,35 @@ def _dtensor_local(tensor: Any) -> Any:
     return local if local is not None else tensor
 
 
-# --------------------------------------------------------------------------------------------
-# Records for each kind of object
-
-
 def _tensor_record(
-    T: _Torch, tensor: Any, tp: type, name: str, root: str, storages: dict
+    T: TorchTypes, tensor: Any, tp: type, name: str, root: str, storages: dict
 ) -> Record:
-    """The careful path: any tensor, whatever its layout or subclass."""
+    """The careful path: any tensor, whatever its layout, subclass or device."""
+    if objects.is_uninitialized(T, tensor):
+        return Record(
+            name,
+            root,
+            "parameter" if T.Parameter in tp.__mro__ else "tensor",
+            tp.__name__,
+            (),
+            note="uninitialized (lazy module: run a forward pass first)",
+            movable=False,
+            movable_reason="an uninitialized lazy parameter has no data yet",
+        )
     device = T.device_name(tensor.device)
     note = _special_note(tensor, tp)
     measured = _dtensor_local(tensor) if tp.__name__ == "DTensor" else tensor
     if note == "fake tensor (no data)":
-        needed = _storage_facts_unusual(measured, device, storages)
+        needed = objects._unusual_storages(T, measured, device, storages)
     else:
-        needed = _storage_facts(measured, device, storages)
+        needed = objects.add_storages(T, measured, device, storages)
     grad_bytes = 0
     requires_grad = tensor.requires_grad
-    if requires_grad and (tensor.is_leaf or tensor.retains_grad):
-        grad = tensor.grad
+    if requires_grad:
+        grad = _grad_facts(T, tensor)
         if grad is not None:
-            grad_bytes = _storage_facts(grad, T.device_name(grad.device), storages)
+            storages[grad.key] = (grad.device, grad.nbytes)
+            grad_bytes = 0 if grad.device == "meta" else grad.nbytes
     try:
         shape = tuple(tensor.shape)
         numel = tensor.numel()
@@ -365,7 +394,7 @@ def _tensor_record(
     return Record(
         name,
         root,
-        "parameter" if tp is T.Parameter else "tensor",
+        "parameter" if T.Parameter in tp.__mro__ else "tensor",
         tp.__name__,
         (device,),
         T.dtype_name(tensor.dtype),
@@ -378,22 +407,19 @@ def _tensor_record(
         {device: actual},
         note=note,
         movable=device != "meta",
+        movable_reason="meta tensors hold no data" if device == "meta" else "",
     )
 
 
-def _submodules(module: Any) -> list[Any]:
-    """The module and its submodules, depth first, each once (cheaper than ``modules()``)."""
-    found = [module]
-    seen = {id(module)}
-    stack = [module]
-    while stack:
-        children = stack.pop()._modules
-        for child in children.values():
-            if child is not None and id(child) not in seen:
-                seen.add(id(child))
-                found.append(child)
-                stack.append(child)
-    return found
+def _bytes_by_device(storages: Mapping[tuple, tuple[str, int]]) -> dict[str, int]:
+    by_device: dict[str, int] = {}
+    for device, nbytes in storages.values():
+        by_device[device] = by_device.get(device, 0) + (0 if device == "meta" else nbytes)
+    return by_device
+
+
+# --------------------------------------------------------------------------------------------
+# Modules
 
 
 _params_of = attrgetter("_parameters")
@@ -401,33 +427,33 @@ _buffers_of = attrgetter("_buffers")
 _children_of = attrgetter("_modules")
 
 
-def _is_not_none(value: Any) -> bool:
-    return value is not None
-
-
-def _module_tensors(submodules: list[Any]) -> tuple[list[Any], list[Any]]:
-    params = list(chain.from_iterable(map(dict.values, map(_params_of, submodules))))
-    buffers = list(chain.from_iterable(map(dict.values, map(_buffers_of, submodules))))
-    return params, buffers
-
-
-def _module_signature(T: _Torch, submodules: list[Any]) -> tuple:
+def _module_signature(T: TorchTypes, submodules: list[Any]) -> tuple:
     """What changes when a module moves, gains or drops gradients, or swaps a child/parameter.
 
     Built with ``map``/``chain`` over C-level getters: the hook computes this after every cell.
-    """
-    params, buffers = _module_tensors(submodules)
-    return _signature_of(submodules, [t for t in chain(params, buffers) if t is not None])
-
-
-def _signature_of(submodules: list[Any], tensors: list[Any]) -> tuple:
-    children = chain.from_iterable(map(dict.values, map(_children_of, submodules)))
-    return (
-        tuple(map(id, children)),
-        tuple(map(id, tensors)),
-        tuple(map(_data_ptr, tensors)),
-        tuple(map(id, map(_get_grad, tensors))),
-    )
+    TorchScript and lazy modules take the careful path (their dicts are not plain dicts, lazy
+    parameters have no data pointer)."""
+    try:
+        params = chain.from_iterable(map(dict.values, map(_params_of, submodules)))
+        buffers = chain.from_iterable(map(dict.values, map(_buffers_of, submodules)))
+        tensors = [t for t in chain(params, buffers) if t is not None]
+        children = chain.from_iterable(map(dict.values, map(_children_of, submodules)))
+        return (
+            tuple(map(id, children)),
+            tuple(map(id, tensors)),
+            tuple(map(_data_ptr, tensors)),
+            tuple(map(id, map(_get_grad, tensors))),
+        )
+    except Exception:
+        parts = objects.module_parts(T, submodules[0])
+        tensors = parts.params + parts.buffers
+        return (
+            tuple(map(id, parts.submodules)),
+            tuple(map(id, tensors)),
+            tuple(map(_data_ptr, tensors)),
+            tuple(map(id, map(_get_grad, tensors))),
+            tuple(parts.uninitialized),
+        )
 
 
 def _live_submodules(refs: list[Any]) -> list[Any] | None:
@@ -435,46 +461,76 @@ def _live_submodules(refs: list[Any]) -> list[Any] | None:
     return None if None in submodules else submodules
 
 
-def _sum_by_device(devices: list[str], sizes: list[int]) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for device, size in zip(devices, sizes, strict=True):
-        totals[device] = totals.get(device, 0) + (0 if device == "meta" else size)
-    return totals
-
-
-def _module_entry(T: _Torch, module: Any, name: str) -> _Entry:
-    storages: dict[tuple, tuple[str, int]] = {}
-    submodules = _submodules(module)
-    all_params, all_buffers = _module_tensors(submodules)
-    present = [t for t in chain(all_params, all_buffers) if t is not None]
-    signature = _signature_of(submodules, present)
-    # tied weights appear twice; each tensor counts once
-    params = list({id(p): p for p in all_params if p is not None}.values())
-    buffers = list({id(b): b for b in all_buffers if b is not None}.values())
+def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None) -> _Entry:
+    parts = objects.module_parts(T, module)
+    submodules, params, buffers = parts.submodules, parts.params, parts.buffers
+    # per-record bytes count each storage once (tied weights, parameters sharing a storage)
+    param_storages: dict[tuple, tuple[str, int]] = {}
+    buffer_storages: dict[tuple, tuple[str, int]] = {}
     param_devices = _device_names_of(T, params)
     buffer_devices = _device_names_of(T, buffers)
-    param_bytes = _sum_by_device(param_devices, _read_storages(T, params, param_devices, storages))
-    buffer_bytes = _sum_by_device(
-        buffer_devices, _read_storages(T, buffers, buffer_devices, storages)
-    )
+    _read_storages(T, params, param_devices, param_storages)
+    _read_storages(T, buffers, buffer_devices, buffer_storages)
+    for (_, tensor), key in zip(parts.extra, parts.extra_keys, strict=True):
+        device = T.device_name(tensor.device)
+        param_devices.append(device)
+        if key is None:
+            objects.add_storages(T, tensor, device, param_storages)
+        else:  # packed weights: unpacked on request, keyed by their packed holder
+            param_storages[(device, *key)] = (device, tensor.untyped_storage().nbytes())
+    for key in param_storages:
+        buffer_storages.pop(key, None)
+    param_bytes = _bytes_by_device(param_storages)
+    buffer_bytes = _bytes_by_device(buffer_storages)
+    storages = {**param_storages, **buffer_storages}
     grads = [g for g in map(_get_grad, params) if g is not None]
-    grad_devices = _device_names_of(T, grads)
-    grad_sizes = _read_storages(T, grads, grad_devices, storages)
-    grad_bytes: dict[str, int] = {}
-    for device, size in zip(grad_devices, grad_sizes, strict=True):
-        grad_bytes[device] = grad_bytes.get(device, 0) + size
-    param_count = sum(map(T.Tensor.numel, params))
+    grad_storages: dict[tuple, tuple[str, int]] = {}
+    _read_storages(T, grads, _device_names_of(T, grads), grad_storages)
+    grad_bytes = _bytes_by_device(grad_storages)
+    storages.update(grad_storages)
+    param_count = sum(map(T.Tensor.numel, params)) + sum(t.numel() for _, t in parts.extra)
+    device_set = set(param_devices) | set(buffer_devices)
+    notes: list[str] = []
+    movable, movable_reason = True, ""
+    dispatch = None
+    if _may_be_dispatched(submodules):
+        dispatch = objects.accelerate_dispatch(T, name, submodules)
+    if dispatch is not None:
+        offloaded: dict[tuple, tuple[str, int]] = {}
+        for _, tensor in dispatch.weights:
+            device = T.device_name(tensor.device)
+            objects.add_storages(T, tensor, device, offloaded)
+        for key in storages:
+            offloaded.pop(key, None)
+        storages.update(offloaded)
+        for device, nbytes in _bytes_by_device(offloaded).items():
+            device_set.add(device)
+            param_bytes[device] = param_bytes.get(device, 0) + nbytes
+        offloaded_bytes = sum(_bytes_by_device(offloaded).values())
+        note = f"accelerate: {len(dispatch.weights)} weights held by its hooks"
+        note += f" ({format_bytes(offloaded_bytes)})"
+        if dispatch.on_disk:
+            note += f", {dispatch.on_disk} on disk (not counted)"
+        notes.append(note)
+        movable, movable_reason = False, dispatch.reason
     meta_params = "meta" in param_devices
+    devices = tuple(sorted(device_set, key=device_sort_key))
+    if dispatch is not None:
+        devices = tuple(d for d in devices if d != "meta") or devices
+    mixed = len(devices) > 1 and dispatch is None
+    if mixed:
+        notes.insert(0, f"spans {', '.join(devices)}")
+    if meta_params and dispatch is None:
+        notes.append("meta parameters (no data)")
+        movable, movable_reason = False, "meta parameters hold no data: use to_empty()"
+    if parts.uninitialized:
+        shown = ", ".join(parts.uninitialized[:3]) + ("..." if len(parts.uninitialized) > 3 else "")
+        notes.append(f"uninitialized lazy parameters: {shown}")
     by_device = _bytes_by_device(storages)
-    devices = tuple(sorted(set(param_devices) | set(buffer_devices), key=device_sort_key))
-    mixed = len(devices) > 1
-    note = f"spans {', '.join(devices)}" if mixed else ""
-    if meta_params:
-        note = (note + "; " if note else "") + "meta parameters (no data)"
     dtypes = set(map(_get_dtype, chain(params, buffers)))
     record = Record(
         name,
-        name,
+        root or name,
         "module",
         type(module).__name__,
         devices,
@@ -487,58 +543,76 @@ def _module_entry(T: _Torch, module: Any, name: str) -> _Entry:
         sum(grad_bytes.values()),
         by_device,
         mixed=mixed,
-        note=note,
-        movable=not meta_params,
+        note="; ".join(notes),
+        movable=movable,
+        movable_reason=movable_reason,
         param_count=param_count,
         param_bytes=param_bytes,
         buffer_bytes=buffer_bytes,
         grad_bytes_by_device=grad_bytes,
     )
+    signature = _module_signature(T, submodules)
     refs = [weakref.ref(sub) for sub in submodules]
-    entry = _Entry(id(module), [record], storages, signature, refs, True)
-    entry.tensor_ids = signature[1]
+    entry = _Entry(id(module), [record], storages, signature, refs, True, Kind.MODULE)
+    entry.tensor_ids = tuple(map(id, chain(params, buffers)))
     return entry
 
 
-def _optimizer_params(optimizer: Any) -> list[Any]:
-    return list(chain.from_iterable(group["params"] for group in optimizer.param_groups))
+def _may_be_dispatched(submodules: list[Any]) -> bool:
+    for sub in submodules:
+        own = objects.instance_dict(sub)
+        if own and ("_hf_hook" in own or "hf_device_map" in own):
+            return True
+    return False
 
 
-def _optimizer_signature(T: _Torch, optimizer: Any) -> tuple:
+# --------------------------------------------------------------------------------------------
+# Optimizers
+
+
+def _optimizer_signature(T: TorchTypes, optimizer: Any) -> tuple:
     """Changes when state appears, is replaced (load_state_dict, or a tensor swapped inside a
-    parameter's state), or when the parameters move."""
+    parameter's state), when list state grows (LBFGS history), or when the parameters move."""
     state = optimizer.state
-    params = _optimizer_params(optimizer)
+    params = objects.optimizer_params(optimizer)
+    values = list(chain.from_iterable(map(dict.values, state.values())))
     return (
         id(state),
         len(state),
         tuple(map(id, state.values())),
-        tuple(map(id, chain.from_iterable(map(dict.values, state.values())))),
+        tuple(map(id, values)),
+        tuple(len(v) for v in values if type(v) is list),
         tuple(map(T.Tensor.data_ptr, params)),
     )
 
 
-def _optimizer_entry(T: _Torch, optimizer: Any, name: str) -> _Entry:
+def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None = None) -> _Entry:
     storages: dict[tuple, tuple[str, int]] = {}
     tensor_type = T.Tensor
-    params = [p for p in _optimizer_params(optimizer) if isinstance(p, tensor_type)]
+    params = [p for p in objects.optimizer_params(optimizer) if isinstance(p, tensor_type)]
     param_device = dict(zip(map(id, params), _device_names_of(T, params), strict=True))
     state = optimizer.state
     per_param = [value for value in state.values() if isinstance(value, dict)]
     values = list(chain.from_iterable(map(dict.values, per_param)))
-    # which parameter each state value belongs to, for the misplaced-state check
-    owner_ids = list(
-        chain.from_iterable(
-            repeat(id(param), len(value))
-            for param, value in state.items()
-            if isinstance(value, dict)
+    if {list, tuple, dict}.isdisjoint(set(map(type, values))):
+        # the common case (SGD, Adam...): one tensor or number per state key, column-wise
+        owner_ids = list(
+            chain.from_iterable(
+                repeat(id(param), len(value))
+                for param, value in state.items()
+                if isinstance(value, dict)
+            )
         )
-    )
-    is_tensor = [type(v) is tensor_type or isinstance(v, tensor_type) for v in values]
-    state_tensors = list(compress(values, is_tensor))
-    owners = list(compress(owner_ids, is_tensor))
+        is_tensor = [type(v) is tensor_type or isinstance(v, tensor_type) for v in values]
+        state_tensors = list(compress(values, is_tensor))
+        owners = list(compress(owner_ids, is_tensor))
+    else:  # LBFGS and friends keep lists of tensors in their state
+        found = objects.optimizer_state_tensors(T, optimizer)
+        state_tensors = [tensor for _, _, tensor in found]
+        owners = [id(param) for param, _, _ in found]
     devices = _device_names_of(T, state_tensors)
-    state_bytes = _sum_by_device(devices, _read_storages(T, state_tensors, devices, storages))
+    _read_storages(T, state_tensors, devices, storages)
+    state_bytes = _bytes_by_device(storages)
     misplaced = 0
     real_devices: set[str] = set()
     for device, owner, value in zip(devices, owners, state_tensors, strict=True):
@@ -559,13 +633,13 @@ def _optimizer_entry(T: _Torch, optimizer: Any, name: str) -> _Entry:
         )
     record = Record(
         name,
-        name,
+        root or name,
         "optimizer",
         type(optimizer).__name__,
         devices_present,
         None,
         None,
-        len(optimizer.state),
+        len(state),
         sum(by_device.values()),
         sum(nbytes for _, nbytes in storages.values()),
         bytes_by_device=by_device,
@@ -581,108 +655,66 @@ def _optimizer_entry(T: _Torch, optimizer: Any, name: str) -> _Entry:
         _optimizer_signature(T, optimizer),
         weakref.ref(optimizer),
         True,
+        Kind.OPTIMIZER,
     )
     entry.tensor_ids = tuple(map(id, params))
     return entry
 
 
-class _ContainerWalk:
-    """Walks list / tuple / dict / namedtuple values up to MAX_CONTAINER_DEPTH, never calling
-    a subclass's overridden ``__iter__``/``items`` (the base-class methods are used), never
-    iterating anything else, and stopping at CONTAINER_ELEMENT_CAP elements."""
-
-    __slots__ = ("T", "leaves", "visited", "elements", "truncated", "seen_ids")
-
-    def __init__(self, T: _Torch) -> None:
-        self.T = T
-        self.leaves: list[tuple[str, Any]] = []
-        self.visited = 0
-        self.truncated = False
-        self.seen_ids: set[int] = set()
-
-    def walk(self, value: Any, path: str, depth: int) -> None:
-        if depth > MAX_CONTAINER_DEPTH or self.truncated:
-            return
-        if id(value) in self.seen_ids:
-            return  # self-referencing containers
-        self.seen_ids.add(id(value))
-        tp = type(value)
-        if issubclass(tp, dict):
-            items: Iterable[tuple[Any, Any]] = dict.items(value)
-            label = _dict_label
-        elif issubclass(tp, tuple):
-            fields = getattr(tp, "_fields", None)
-            if isinstance(fields, tuple) and len(fields) == tuple.__len__(value):
-                items = zip(fields, tuple.__iter__(value), strict=False)
-                label = _attribute_label
-            else:
-                items = enumerate(tuple.__iter__(value))
-                label = _index_label
-        else:
-            items = enumerate(list.__iter__(value))
-            label = _index_label
-        T = self.T
-        for key, item in items:
-            self.visited += 1
-            if self.visited > CONTAINER_ELEMENT_CAP:
-                self.truncated = True
-                return
-            item_type = type(item)
-            if issubclass(item_type, T.Tensor) or issubclass(item_type, T.Module):
-                self.leaves.append((path + label(key), item))
-            elif item_type in _CONTAINER_TYPES or issubclass(item_type, (list, tuple, dict)):
-                self.walk(item, path + label(key), depth + 1)
+# --------------------------------------------------------------------------------------------
+# Containers and objects holding tensors (walked by objects.walk)
 
 
-_CONTAINER_TYPES = (list, tuple, dict)
-
-
-def _dict_label(key: Any) -> str:
-    if isinstance(key, (str, int, float, bool)) or key is None:
-        return f"[{key!r}]"
-    return f"[<{type(key).__name__}>]"
-
-
-def _index_label(index: Any) -> str:
-    return f"[{index}]"
-
-
-def _attribute_label(name: Any) -> str:
-    return f".{name}"
-
-
-def _container_entry(T: _Torch, value: Any, name: str) -> _Entry | None:
-    walk = _ContainerWalk(T)
-    walk.walk(value, name, 1)
-    if not walk.leaves and not walk.truncated:
-        return None
+def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
+    walked = objects.walk(T, value, name, kind=kind)
+    structure = objects.structure(walked)
+    leaves = walked.leaves
+    if not leaves:
+        # nothing of ours (yet): watched by its structure, so an append shows up next time
+        entry = _Entry(id(value), [], {}, objects.signature(T, value, structure), kind="watch")
+        entry.structure = structure
+        return entry
     storages: dict[tuple, tuple[str, int]] = {}
-    aggregate = len(walk.leaves) > AGGREGATE_ABOVE or walk.truncated
+    aggregate = len(leaves) > AGGREGATE_ABOVE or walked.truncated
     records: list[Record] = []
     record_keys: list[Iterable[tuple]] = []
     reached: list[int] = []
     summary = _ContainerSummary()
-    for path, item in walk.leaves:
+    volatile = False
+    for leaf in leaves:
+        path, item, item_kind = leaf.path, leaf.value, leaf.kind
         item_type = type(item)
-        reached.append(id(item))
         facts = None
         if item_type is T.Tensor or item_type is T.Parameter:
+            reached.append(id(item))
             facts = _plain_tensor_facts(T, item, item_type)
         if facts is not None:
             own = _facts_storages(facts)
+            volatile = volatile or facts.requires_grad
             if aggregate:
                 summary.add_facts(T, facts)
                 storages.update(own)
                 continue
             record = _facts_record(T, path, facts, root=name)
-        elif issubclass(item_type, T.Module):
-            entry = _module_entry(T, item, path)
-            record, own = entry.records[0], entry.storages
-            record.root = name
-            reached.extend(entry.tensor_ids)
+        elif item_kind == Kind.MODULE or item_kind == Kind.OPTIMIZER:
+            volatile = True
+            try:
+                if item_kind == Kind.MODULE:
+                    sub_entry = _module_entry(T, item, path, root=name)
+                    reached.extend(sub_entry.tensor_ids)
+                else:
+                    sub_entry = _optimizer_entry(T, item, path, root=name)
+                record, own = sub_entry.records[0], sub_entry.storages
+            except Exception as error:
+                record, own = _unreadable(path, item, error, root=name), {}
         else:
+            reached.append(id(item))
             own = {}
-            record = _tensor_record(T, item, item_type, path, name, own)
+            try:
+                record = _tensor_record(T, item, item_type, path, name, own)
+            except Exception as error:
+                record = _unreadable(path, item, error, root=name)
+            volatile = volatile or record.requires_grad
         storages.update(own)
         if aggregate:
             summary.add_record(record)
@@ -690,10 +722,14 @@ def _container_entry(T: _Torch, value: Any, name: str) -> _Entry | None:
             records.append(record)
             record_keys.append(tuple(own))
     if aggregate:
-        entry = _Entry(id(value), [summary.record(value, name, storages, walk)], storages)
+        entry = _Entry(id(value), [summary.record(value, name, storages, walked)], storages)
     else:
         entry = _Entry(id(value), records, storages)
         entry.record_keys = record_keys
+    entry.kind = "composite"
+    entry.volatile = volatile
+    entry.structure = structure
+    entry.signature = objects.signature(T, value, structure)
     entry.tensor_ids = tuple(reached)
     return entry
 
@@ -712,16 +748,16 @@ class _ContainerSummary:
         self.grad_bytes = 0
         self.movable = True
 
-    def add_facts(self, T: _Torch, facts: tuple) -> None:
+    def add_facts(self, T: TorchTypes, facts: _TensorFacts) -> None:
         self.count += 1
-        self.types.add(facts[1].__name__)
-        self.dtypes.add(T.dtype_name(facts[3]))
-        self.numel += facts[4].numel()
-        if facts[5]:
+        self.types.add(facts.type.__name__)
+        self.dtypes.add(T.dtype_name(facts.dtype))
+        self.numel += facts.shape.numel()
+        if facts.requires_grad:
             self.requires_grad = True
-            if facts[8] is not None:
-                self.grad_bytes += facts[8][1][1]
-        self.movable = self.movable and facts[2] != "meta"
+            if facts.grad is not None:
+                self.grad_bytes += facts.grad.nbytes
+        self.movable = self.movable and facts.device != "meta"
 
     def add_record(self, record: Record) -> None:
         self.count += 1
@@ -732,13 +768,13 @@ class _ContainerSummary:
         self.grad_bytes += record.grad_bytes
         self.movable = self.movable and record.movable
 
-    def record(self, value: Any, name: str, storages: dict, walk: _ContainerWalk) -> Record:
+    def record(self, value: Any, name: str, storages: dict, walked: objects.Walk) -> Record:
         by_device = _bytes_by_device(storages)
         devices = tuple(sorted(by_device, key=device_sort_key))
         element_type = next(iter(self.types)) if len(self.types) == 1 else "mixed"
         note = f"{self.count:,} {element_type} objects"
-        if walk.truncated:
-            note += f"; stopped after {CONTAINER_ELEMENT_CAP:,} elements, the rest is not counted"
+        if walked.truncated:
+            note += f"; stopped after {walked.cap:,} elements, the rest is not counted"
         return Record(
             name,
             name,
@@ -756,194 +792,53 @@ class _ContainerSummary:
             mixed=len(devices) > 1,
             note=note,
             movable=self.movable,
+            movable_reason="" if self.movable else "holds meta tensors (no data)",
             element_count=self.count,
-            truncated=walk.truncated,
+            truncated=walked.truncated,
         )
-
-
-def _bytes_by_device(storages: Mapping[tuple, tuple[str, int]]) -> dict[str, int]:
-    by_device: dict[str, int] = {}
-    for device, nbytes in storages.values():
-        by_device[device] = by_device.get(device, 0) + (0 if device == "meta" else nbytes)
-    return by_device
 
 
 # --------------------------------------------------------------------------------------------
-# Plain tensors: the common case, kept as one compact tuple per name. A Record costs more to
-# build than reading the tensor, and most scans (the hook's, after every cell) never look at
-# records of tensors nobody changed, so records are built from these tuples only when asked.
+# One name
 
 
-def _plain_tensor_facts(T: _Torch, tensor: Any, tp: type) -> tuple | None:
-    """Facts of a strided tensor or Parameter, or None when it needs the careful path."""
-    try:
-        device_object = tensor.device
-        device = T._device_names.get(device_object) or T.device_name(device_object)
-        storage = tensor.untyped_storage()
-        pointer = storage.data_ptr()
-        key = (device, pointer) if pointer else (device, "impl", storage._cdata)
-        requires_grad = tensor.requires_grad
-        grad = None
-        # .grad of a non-leaf tensor makes torch warn: only leaves (or retain_grad) have one
-        if requires_grad and (tensor.is_leaf or tensor.retains_grad):
-            grad_tensor = tensor.grad
-            if grad_tensor is not None:
-                grad_storages: dict[tuple, tuple[str, int]] = {}
-                grad_device = T.device_name(grad_tensor.device)
-                _storage_facts(grad_tensor, grad_device, grad_storages)
-                grad = next(iter(grad_storages.items()))
-        return (
-            id(tensor),
-            tp,
-            device,
-            tensor.dtype,
-            tensor.shape,
-            requires_grad,
-            key,
-            storage.nbytes(),
-            grad,
-        )
-    except Exception:
-        return None
-
-
-def _batch_tensor_facts(
-    T: _Torch, names: list[str], tensors: list[Any], into: dict[str, Any]
-) -> list[str]:
-    """:func:`_plain_tensor_facts` for many tensors at once, column-wise (the full scan's hot
-    path); falls back to one at a time if any of them needs the careful path. Returns the
-    names to look at again in every rescan (grad-carrying tensors and Parameters)."""
-    try:
-        devices = _device_names_of(T, tensors)
-        storages = list(map(T.Tensor.untyped_storage, tensors))
-        pointers = list(map(T.UntypedStorage.data_ptr, storages))
-        if 0 in pointers:
-            raise ValueError("storages without data pointers")
-        sizes = list(map(T.UntypedStorage.nbytes, storages))
-        requires_grad = list(map(_get_requires_grad, tensors))
-        grads: list[Any] = [None] * len(tensors)
-        if True in requires_grad:
-            for index, flag in enumerate(requires_grad):
-                if flag:
-                    grads[index] = _plain_tensor_facts(T, tensors[index], T.Tensor)[8]
-        into.update(
-            zip(
-                names,
-                zip(
-                    map(id, tensors),
-                    map(type, tensors),
-                    devices,
-                    map(_get_dtype, tensors),
-                    map(_get_shape, tensors),
-                    requires_grad,
-                    zip(devices, pointers, strict=True),
-                    sizes,
-                    grads,
-                    strict=True,
-                ),
-                strict=True,
-            )
-        )
-        volatile = list(compress(names, requires_grad))
-        if T.Parameter in set(map(type, tensors)):
-            volatile += [n for n, t in zip(names, tensors, strict=True) if type(t) is T.Parameter]
-        return volatile
-    except Exception:
-        volatile = []
-        for name, tensor in zip(names, tensors, strict=True):
-            entry = _inspect(T, name, tensor)
-            if entry is None:
-                into.pop(name, None)
-                continue
-            into[name] = entry
-            if _entry_volatile(entry):
-                volatile.append(name)
-        return volatile
-
-
-def _facts_storages(facts: tuple) -> dict[tuple, tuple[str, int]]:
-    storages = {facts[6]: (facts[2], facts[7])}
-    if facts[8] is not None:
-        storages[facts[8][0]] = facts[8][1]
-    return storages
-
-
-def _facts_record(T: _Torch, name: str, facts: tuple, root: str | None = None) -> Record:
-    _, tp, device, dtype, shape, requires_grad, _, nbytes, grad = facts
-    numel = shape.numel()
-    actual = 0 if device == "meta" else nbytes
-    grad_bytes = 0 if grad is None or grad[1][0] == "meta" else grad[1][1]
+def _unreadable(name: str, value: Any, error: BaseException, root: str | None = None) -> Record:
     return Record(
         name,
         root or name,
-        "parameter" if tp is T.Parameter else "tensor",
-        tp.__name__,
-        (device,),
-        T.dtype_name(dtype),
-        tuple(shape),
-        numel,
-        actual,
-        nbytes,
-        requires_grad,
-        grad_bytes,
-        {device: actual},
-        movable=device != "meta",
+        "unreadable",
+        _safe_type_name(value),
+        (),
+        note=f"could not inspect: {type(error).__name__}",
+        movable=False,
+        movable_reason="could not be inspected",
     )
 
 
-def _entry_storages(entry: Any) -> Mapping[tuple, tuple[str, int]]:
-    return _facts_storages(entry) if type(entry) is tuple else entry.storages
-
-
-def _entry_volatile(entry: Any) -> bool:
-    if type(entry) is tuple:
-        # A tensor's grad can appear in any cell, and a Parameter can't be weakly referenced
-        # (swap-based Module._apply refuses such tensors): look at both again next time.
-        return entry[5] or entry[1].__name__ == "Parameter"
-    return entry.volatile
-
-
-# --------------------------------------------------------------------------------------------
-# The scan
-
-
-def _inspect(T: _Torch, name: str, value: Any) -> _Entry | tuple | None:
+def _inspect(T: TorchTypes, name: str, value: Any) -> _Entry | _TensorFacts | None:
     """One top-level name -> its entry (None: nothing of ours). Never raises."""
     try:
         tp = type(value)
         if tp is T.Tensor or tp is T.Parameter:
             facts = _plain_tensor_facts(T, value, tp)
             if facts is not None:
-                return facts  # type: ignore[return-value]
-        if issubclass(tp, T.Tensor):
+                return facts
+        kind = objects.kind_of(T, value)
+        if kind == Kind.TENSOR or kind == Kind.PARAMETER:
             storages: dict[tuple, tuple[str, int]] = {}
             record = _tensor_record(T, value, tp, name, name, storages)
             # A Parameter can't be weakly referenced (swap-based Module._apply refuses such
             # tensors) and a tensor's grad can appear in any cell: re-check both next time.
-            volatile = record.requires_grad or tp is T.Parameter
+            volatile = record.requires_grad or kind == Kind.PARAMETER
             return _Entry(id(value), [record], storages, None, None, volatile)
-        if issubclass(tp, T.Module):
+        if kind == Kind.MODULE:
             return _module_entry(T, value, name)
-        if issubclass(tp, T.Optimizer):
+        if kind == Kind.OPTIMIZER:
             return _optimizer_entry(T, value, name)
-        if tp in _CONTAINER_TYPES or issubclass(tp, (list, tuple, dict)):
-            return _container_entry(T, value, name)
+        if kind in objects.COMPOSITES:
+            return _composite_entry(T, value, name, kind)
     except Exception as error:  # a hostile or broken object: say so, don't fail the scan
-        return _Entry(
-            id(value),
-            [
-                Record(
-                    name,
-                    name,
-                    "unreadable",
-                    _safe_type_name(value),
-                    (),
-                    note=f"could not inspect: {type(error).__name__}",
-                    movable=False,
-                )
-            ],
-            {},
-        )
+        return _Entry(id(value), [_unreadable(name, value, error)], {})
     return None
 
 
@@ -954,21 +849,124 @@ def _safe_type_name(value: Any) -> str:
         return "?"
 
 
-def _still_same(T: _Torch, entry: _Entry | tuple, value: Any) -> bool:
+def _still_same(T: TorchTypes, entry: _Entry | _TensorFacts, value: Any) -> bool:
     """Whether a name that still holds the same object id still has the same facts."""
-    if type(entry) is tuple:
+    if type(entry) is _TensorFacts:
         return False  # a grad-carrying tensor or a Parameter: cheap enough to look again
     try:
-        records = entry.records
-        kind = records[0].kind if records else ""
-        if kind == "module":
+        kind = entry.kind
+        if kind == Kind.MODULE:
             submodules = _live_submodules(entry.ref)
             return submodules is not None and _module_signature(T, submodules) == entry.signature
-        if kind == "optimizer":
+        if kind == Kind.OPTIMIZER:
             return entry.ref() is value and _optimizer_signature(T, value) == entry.signature
+        if entry.structure is not None and not entry.volatile:
+            # a container or object holding plain tensors, or nothing of ours yet
+            return objects.signature(T, value, entry.structure) == entry.signature
     except Exception:
         return False
-    return False  # tensors with requires_grad / Parameters: cheap enough to look again
+    return False  # tensors with requires_grad / Parameters / composites holding modules
+
+
+# --------------------------------------------------------------------------------------------
+# The scanner
+
+
+class _State(NamedTuple):
+    """What the next incremental scan compares against (never changed once built)."""
+
+    keys: list[str]
+    ids: list[int]
+    entries: dict[str, Any]
+    volatile: frozenset[str]
+    #: composites whose structure is compared on each rescan (recheck=True)
+    watched: frozenset[str]
+
+
+class Scanner:
+    """Per-session incremental scan state: what it saw (names, ids, entries), which names to
+    look at again (modules, optimizers, grad-carrying tensors, watched containers and objects)
+    and the records already built. ``scan()`` returns an immutable :class:`Inventory`.
+
+    The session owns one; the public :func:`scan` makes a throwaway one from ``previous``."""
+
+    def __init__(self, previous: Inventory | None = None) -> None:
+        self.last: Inventory | None = previous
+
+    def forget(self) -> None:
+        self.last = None
+
+    def scan(
+        self,
+        namespace: Mapping[str, Any],
+        *,
+        include_hidden: bool = False,
+        changed: Iterable[str] = (),
+        recheck: bool = True,
+        full: bool = False,
+    ) -> Inventory:
+        """Scan ``namespace``; incremental from the last scan unless ``full``.
+
+        ``recheck=False``: the caller knows nothing could have reached a module, an optimizer or
+        a container since the last scan (the hook decides this from the names a cell
+        mentions), so their signatures are not computed again; rebound and ``changed`` names
+        still are.
+
+        Only names bound to a different object since then, names in ``changed`` (the hook
+        passes the names a cell assigned, which catches a freed object's id reused by a new
+        one), and modules / optimizers / grad-carrying tensors / containers and objects whose
+        cheap signature moved are inspected again; the rest is reused as it was.
+        """
+        previous = None if full else self.last
+        T = TorchTypes.current()
+        if T is None:
+            inventory = Inventory.empty(include_hidden=include_hidden)
+            self.last = inventory
+            return inventory
+        try:
+            if type(namespace) is dict:  # values() follows keys() order in a plain dict
+                keys, values = list(namespace), list(namespace.values())
+            else:
+                keys = list(namespace)
+                values = list(map(namespace.__getitem__, keys))
+        except Exception:  # a Mapping that changed while we read it: take a snapshot
+            snapshot = dict(namespace.items())
+            keys, values, namespace = list(snapshot), list(snapshot.values()), snapshot
+        ids = list(map(id, values))
+        state = previous._state if previous is not None else None
+        if state is not None and state.keys:
+            entries, volatile, watched = _rescan(T, namespace, keys, ids, state, changed, recheck)
+        else:
+            entries, volatile, watched = _full_scan(T, keys, values)
+        hidden = _hidden_entries(T, namespace, entries) if include_hidden else {}
+        new_state = _State(keys, ids, entries, frozenset(volatile), frozenset(watched))
+        objects_changed = True
+        owned_keys = None
+        if state is not None:
+            before = state.entries
+            if new_state.volatile == state.volatile and all(
+                before.get(n) is entries.get(n) for n in volatile
+            ):
+                # no module, optimizer or grad-carrying object changed since the previous scan
+                objects_changed = False
+                owned_keys = previous._owned_keys
+        inventory = Inventory(
+            entries,
+            keys,
+            ids,
+            volatile,
+            torch_imported=True,
+            include_hidden=include_hidden,
+            hidden=hidden,
+            torch=T,
+            record_cache=previous._record_cache if previous is not None else None,
+            watched=watched,
+        )
+        inventory.objects_changed = objects_changed
+        if owned_keys is not None:
+            inventory._owned_keys = owned_keys
+        self.last = inventory
+        return inventory
 
 
 def scan(
@@ -979,57 +977,17 @@ def scan(
     changed: Iterable[str] = (),
     recheck: bool = True,
 ) -> Inventory:
-    """Inventory of the tensors, modules, optimizers and tensor containers in ``namespace``.
-
-    ``recheck=False``: the caller knows nothing could have reached a module or an optimizer
-    since ``previous`` (the hook decides this from the names a cell mentions), so their
-    signatures are not computed again; rebound and ``changed`` names still are.
-
-    ``previous``: the last Inventory of the same namespace. Only names bound to a different
-    object since then, names in ``changed`` (the hook passes the names a cell assigned, which
-    catches a freed object's id reused by a new one), and modules / optimizers / grad-carrying
-    tensors whose cheap signature moved are inspected again; the rest is reused as it was.
-    """
-    torch = sys.modules.get("torch")
-    if torch is None or not hasattr(torch, "Tensor") or not hasattr(torch, "optim"):
-        return Inventory({}, [], [], set(), torch_imported=False, include_hidden=include_hidden)
-    T = _Torch(torch)
-    try:
-        if type(namespace) is dict:  # values() follows keys() order in a plain dict
-            keys, values = list(namespace), list(namespace.values())
-        else:
-            keys = list(namespace)
-            values = list(map(namespace.__getitem__, keys))
-    except Exception:  # a Mapping that changed while we read it: take a snapshot
-        snapshot = dict(namespace.items())
-        keys, values, namespace = list(snapshot), list(snapshot.values()), snapshot
-    ids = list(map(id, values))
-    if previous is not None and previous.torch_imported and previous._keys:
-        entries, volatile = _rescan(T, namespace, keys, ids, previous, changed, recheck)
-    else:
-        entries, volatile = _full_scan(T, keys, values)
-    hidden = _hidden_entries(T, namespace, entries) if include_hidden else {}
-    inventory = Inventory(
-        entries,
-        keys,
-        ids,
-        volatile,
-        torch_imported=True,
-        include_hidden=include_hidden,
-        hidden=hidden,
-        torch=T,
-        record_cache=previous._record_cache if previous is not None else None,
+    """Inventory of the tensors, modules, optimizers, and containers and objects holding them,
+    in ``namespace``. ``previous``: the last Inventory of the same namespace (incremental; see
+    :meth:`Scanner.scan`)."""
+    return Scanner(previous).scan(
+        namespace, include_hidden=include_hidden, changed=changed, recheck=recheck
     )
-    if previous is not None:
-        before, after = previous._entries, entries
-        if volatile == previous._volatile and all(before.get(n) is after.get(n) for n in volatile):
-            # no module or optimizer changed since the previous scan
-            inventory.objects_changed = False
-            inventory._owned_keys = previous._owned_keys
-    return inventory
 
 
-def _full_scan(T: _Torch, keys: list[str], values: list[Any]) -> tuple[dict[str, Any], set[str]]:
+def _full_scan(
+    T: TorchTypes, keys: list[str], values: list[Any]
+) -> tuple[dict[str, Any], set[str], set[str]]:
     tensor_type, parameter_type = T.Tensor, T.Parameter
     kinds = list(map(type, values))
     # Plain tensors and Parameters, most of a namespace, are picked out column-wise.
@@ -1042,17 +1000,39 @@ def _full_scan(T: _Torch, keys: list[str], values: list[Any]) -> tuple[dict[str,
         plain_tensors = list(compress(plain_tensors, keep))
     entries: dict[str, Any] = {}
     volatile: set[str] = set()
-    for name, value, is_plain in zip(keys, values, plain, strict=True):
-        if is_plain or is_ipython_bookkeeping(name):
-            continue
-        entry = _inspect(T, name, value)
-        if entry is not None:
-            entries[name] = entry
-            if _entry_volatile(entry):
-                volatile.add(name)
+    watched: set[str] = set()
+    known = T.kinds
+    for name, value, is_plain, tp in zip(keys, values, plain, kinds, strict=True):
+        if is_plain or known.get(tp) == Kind.NONE or is_ipython_bookkeeping(name):
+            continue  # objects without tensors cost a dict lookup
+        _store(T, name, _inspect(T, name, value), entries, volatile, watched)
     volatile.update(_batch_tensor_facts(T, plain_names, plain_tensors, entries))
     # the namespace's own order (definition order): the DataFrame and the views follow it
-    return {name: entries[name] for name in keys if name in entries}, volatile
+    return {name: entries[name] for name in keys if name in entries}, volatile, watched
+
+
+def _store(
+    T: TorchTypes,
+    name: str,
+    entry: Any,
+    entries: dict[str, Any],
+    volatile: set[str],
+    watched: set[str],
+) -> None:
+    if entry is None:
+        entries.pop(name, None)
+        volatile.discard(name)
+        watched.discard(name)
+        return
+    entries[name] = entry
+    if _entry_volatile(entry):
+        volatile.add(name)
+    else:
+        volatile.discard(name)
+    if type(entry) is _Entry and entry.structure is not None and not entry.volatile:
+        watched.add(name)
+    else:
+        watched.discard(name)
 
 
 def _maybe_bookkeeping(name: str) -> bool:
@@ -1060,55 +1040,50 @@ def _maybe_bookkeeping(name: str) -> bool:
 
 
 def _rescan(
-    T: _Torch,
+    T: TorchTypes,
     namespace: Mapping[str, Any],
     keys: list[str],
     ids: list[int],
-    previous: Inventory,
+    state: _State,
     changed: Iterable[str],
     recheck: bool = True,
-) -> tuple[dict[str, Any], set[str]]:
-    entries = dict(previous._entries)
-    volatile = set(previous._volatile)
-    known = len(previous._keys)
-    if keys[:known] == previous._keys:
+) -> tuple[dict[str, Any], set[str], set[str]]:
+    entries = dict(state.entries)
+    volatile = set(state.volatile)
+    watched = set(state.watched)
+    known = len(state.keys)
+    if keys[:known] == state.keys:
         # the usual cell: same names, some rebound, perhaps a few new ones at the end
-        stale = list(compress(keys, map(ne, ids, previous._ids)))
+        stale = list(compress(keys, map(ne, ids, state.ids)))
         stale += keys[known:]
     else:
         current = dict(zip(keys, ids, strict=True))
-        before = dict(zip(previous._keys, previous._ids, strict=True))
+        before = dict(zip(state.keys, state.ids, strict=True))
         stale = [name for name in keys if before.get(name) != current[name]]
         for gone in before.keys() - current.keys():
             entries.pop(gone, None)
             volatile.discard(gone)
+            watched.discard(gone)
     # Names the cell mentions: look again at plain tensors and containers among them (a freed
     # object's id may now belong to a new one). Modules and optimizers need not: their
     # signatures and weak references catch a replacement.
     forced = [n for n in changed if n in entries and not _entry_volatile(entries[n])]
     stale = list(dict.fromkeys(chain(stale, forced)))
     stale_set = set(stale)
-    for name in list(volatile) if recheck else ():
-        if name not in stale_set and not _still_same(T, entries[name], namespace.get(name)):
-            stale.append(name)
+    if recheck:
+        for name in chain(list(volatile), list(watched)):
+            if name not in stale_set and not _still_same(T, entries[name], namespace.get(name)):
+                stale.append(name)
+                stale_set.add(name)
     for name in stale:
         if is_ipython_bookkeeping(name):
             continue
-        entry = _inspect(T, name, namespace.get(name))
-        if entry is None:
-            entries.pop(name, None)
-            volatile.discard(name)
-            continue
-        entries[name] = entry
-        if _entry_volatile(entry):
-            volatile.add(name)
-        else:
-            volatile.discard(name)
-    return entries, volatile
+        _store(T, name, _inspect(T, name, namespace.get(name)), entries, volatile, watched)
+    return entries, volatile, watched
 
 
 def _hidden_entries(
-    T: _Torch, namespace: Mapping[str, Any], visible: Mapping[str, _Entry | tuple]
+    T: TorchTypes, namespace: Mapping[str, Any], visible: Mapping[str, Any]
 ) -> dict[str, _Entry]:
     """Objects kept alive only by IPython's output history (``Out[12]``, ``_``)."""
     visible_keys: set[tuple] = set()
@@ -1128,17 +1103,25 @@ def _hidden_entries(
             continue  # `_` is usually the same object as the last Out entry
         seen_ids.add(id(value))
         entry = _inspect(T, label, value)
-        if type(entry) is tuple:
-            entry = _Entry(entry[0], [_facts_record(T, label, entry)], _facts_storages(entry))
+        if type(entry) is _TensorFacts:
+            entry = _Entry(entry.id, [_facts_record(T, label, entry)], _facts_storages(entry))
         if entry is None or not entry.storages:
             continue
         if set(entry.storages) <= visible_keys:
             continue  # also reachable from a visible name: not hidden
-        for record in entry.records:
-            record.hidden = True
-            record.movable = False
-            record.note = (record.note + "; " if record.note else "") + "held by output history"
-        found[label] = entry
+        hidden = _Entry(entry.object_id, [], entry.storages)
+        hidden.records = [
+            dataclasses.replace(
+                record,
+                hidden=True,
+                movable=False,
+                movable_reason="held only by the output history",
+                note=(record.note + "; " if record.note else "") + "held by output history",
+            )
+            for record in entry.records
+        ]
+        hidden.record_keys = entry.record_keys
+        found[label] = hidden
     return found
 
 
@@ -1147,27 +1130,28 @@ def _hidden_entries(
 
 
 class Inventory:
-    """The result of :func:`scan`: records, per-device totals, renderings."""
+    """The result of a scan: records, per-device totals, renderings. Immutable: what it
+    computes on demand (records, totals) is cached, never changed."""
 
     def __init__(
         self,
-        entries: dict[str, _Entry | tuple],
+        entries: dict[str, Any],
         keys: list[str],
         ids: list[int],
-        volatile: set[str],
+        volatile: set[str] | frozenset[str],
         *,
         torch_imported: bool,
         include_hidden: bool = False,
         hidden: dict[str, _Entry] | None = None,
-        torch: _Torch | None = None,
+        torch: TorchTypes | None = None,
         record_cache: dict[str, tuple[Any, list[Record]]] | None = None,
+        watched: set[str] | frozenset[str] = frozenset(),
     ) -> None:
         self._torch = torch
         self._entries = entries
-        # what the next incremental scan compares against: the namespace's names and ids
-        self._keys = keys
-        self._ids = ids
-        self._volatile = volatile
+        # what the next incremental scan compares against
+        self._state = _State(keys, ids, entries, frozenset(volatile), frozenset(watched))
+        self._volatile = self._state.volatile
         # name -> (entry, records): records of entries the next scan reuses are reused too
         self._record_cache: dict[str, tuple[Any, list[Record]]] = record_cache or {}
         self._hidden = hidden or {}
@@ -1181,12 +1165,16 @@ class Inventory:
         #: False when a rescan found every module and optimizer as it was before
         self.objects_changed = True
 
+    @classmethod
+    def empty(cls, include_hidden: bool = False) -> Inventory:
+        """What a namespace without torch gives."""
+        return cls({}, [], [], set(), torch_imported=False, include_hidden=include_hidden)
+
     # -- records -----------------------------------------------------------------------------
     @property
     def records(self) -> list[Record]:
         if self._records is None:
-            self._records = [r for _, records in self._records_by_entry() for r in records]
-            self._mark_sharing()
+            self._records = self._with_sharing()
         return self._records
 
     def _records_by_entry(self) -> list[tuple[Any, list[Record]]]:
@@ -1196,15 +1184,17 @@ class Inventory:
             cache = self._record_cache
             fresh_cache: dict[str, tuple[Any, list[Record]]] = {}
             for name, entry in self._entries.items():
-                if type(entry) is tuple:
+                if type(entry) is _TensorFacts:
                     cached = cache.get(name)
                     if cached is not None and cached[0] is entry:
                         pair = cached
                     else:
                         pair = (entry, [_facts_record(self._torch, name, entry)])
+                    fresh_cache[name] = pair
+                elif not entry.records:
+                    continue
                 else:
                     pair = (entry, entry.records)
-                fresh_cache[name] = pair
                 built.append(pair)
             built += [(entry, entry.records) for entry in self._hidden.values()]
             self._built = built
@@ -1225,36 +1215,36 @@ class Inventory:
 
     def names(self) -> list[str]:
         """The top-level names that hold something this inventory lists (not hidden ones)."""
-        return list(self._entries)
+        return [
+            name
+            for name, entry in self._entries.items()
+            if type(entry) is _TensorFacts or entry.records
+        ]
 
     def roots(self) -> MappingProxyType:
-        self.records  # noqa: B018 - builds the tensor records
-        return MappingProxyType(
-            {name: records for name, (_, records) in zip(self._entries, self._built, strict=False)}
-        )
+        by_root: dict[str, list[Record]] = {}
+        for record in self.records:
+            if not record.hidden:
+                by_root.setdefault(record.root, []).append(record)
+        return MappingProxyType(by_root)
 
-    def _mark_sharing(self) -> None:
-        """``shares_with``: names whose storages overlap (aliases, views, tied weights).
-
-        Counted over every storage key at once (C-level), so only the few entries that really
-        share a storage do per-record work.
-        """
+    def _with_sharing(self) -> list[Record]:
+        """Records with ``shares_with``: names whose storages overlap (aliases, views, tied
+        weights). Counted over every storage key at once (C-level), so only the few entries
+        that really share a storage get new (replaced) records."""
         built = self._records_by_entry()
+        records = [r for _, records in built for r in records]
         counts = Counter(chain.from_iterable(_entry_storages(entry) for entry, _ in built))
         shared_keys = {key for key, count in counts.items() if count > 1}
-        for _, records in built:
-            for record in records:
-                if record.shares_with:
-                    record.shares_with = ()  # records are reused across scans: reset
         if not shared_keys:
-            return
+            return records
         owners: dict[tuple, list[str]] = {}
-        for entry, records in built:
+        for entry, entry_records in built:
             if shared_keys.isdisjoint(_entry_storages(entry)):
                 continue
             pairs = (
-                zip(records, [_facts_storages(entry).keys()], strict=True)
-                if type(entry) is tuple
+                zip(entry_records, [_facts_storages(entry).keys()], strict=True)
+                if type(entry) is _TensorFacts
                 else entry.keys_per_record()
             )
             for record, keys in pairs:
@@ -1266,20 +1256,22 @@ class Inventory:
         for names in owners.values():
             for name in names:
                 shared.setdefault(name, set()).update(n for n in names if n != name)
-        for _, records in built:
-            for record in records:
-                others = shared.get(record.name)
-                if others:
-                    record.shares_with = tuple(sorted(others))
+        return [
+            dataclasses.replace(r, shares_with=tuple(sorted(shared[r.name])))
+            if shared.get(r.name)
+            else r
+            for r in records
+        ]
 
     # -- totals ------------------------------------------------------------------------------
     def _unique_storages(self) -> dict[tuple, tuple[str, int]]:
         if self._storages is None:
             entries = self._entries.values()
-            merged = dict([(e[6], (e[2], e[7])) for e in entries if type(e) is tuple])
-            merged.update([e[8] for e in entries if type(e) is tuple and e[8] is not None])
+            facts = [e for e in entries if type(e) is _TensorFacts]
+            merged = dict([(f.key, (f.device, f.nbytes)) for f in facts])
+            merged.update([(f.grad.key, (f.grad.device, f.grad.nbytes)) for f in facts if f.grad])
             for entry in entries:
-                if type(entry) is not tuple:
+                if type(entry) is not _TensorFacts:
                     merged.update(entry.storages)
             self._storages = merged
         return self._storages
@@ -1287,10 +1279,10 @@ class Inventory:
     def storages(self) -> dict[tuple, tuple[str, int]]:
         """Every storage the listed objects reach, once: ``{storage key: (device, nbytes)}``.
 
-        The key is ``(device, data_ptr)`` (or the storage's own address where there is no
-        data pointer); ``nbytes`` is what the storage holds (what it would need, for meta).
-        Memory accounting outside the inventory (holders, per-cell timelines) uses these keys so
-        that nothing is counted twice."""
+        The key is ``(device, data_ptr)`` (or the storage's own address, or the wrapped
+        tensor's storage, where there is no data pointer); ``nbytes`` is what the storage holds
+        (what it would need, for meta). Memory accounting outside the inventory (holders,
+        per-cell timelines) uses these keys so that nothing is counted twice."""
         return dict(self._unique_storages())
 
     def totals(self) -> dict[str, int]:
@@ -1350,7 +1342,7 @@ class Inventory:
             owned: set[tuple] = set()
             for name in self._volatile:
                 entry = self._entries.get(name)
-                if entry is not None and type(entry) is not tuple:
+                if entry is not None and type(entry) is not _TensorFacts:
                     owned.update(entry.storages)
             self._owned_keys = owned
         return self._owned_keys
@@ -1362,7 +1354,7 @@ class Inventory:
         mixed = []
         for name in self._volatile:
             entry = entries.get(name)
-            if entry is not None and type(entry) is not tuple:
+            if entry is not None and type(entry) is not _TensorFacts:
                 mixed.extend(record for record in entry.records if record.mixed)
         return mixed
 
@@ -1375,17 +1367,16 @@ class Inventory:
             (name, entry)
             for name in self._volatile
             if type(entry := entries.get(name)) is _Entry
-            and entry.records
-            and entry.records[0].kind == "optimizer"
+            and entry.kind == Kind.OPTIMIZER
             and entry.tensor_ids
         ]
         if not optimizers:
             return []
         reachable: set[int] = set()
         for entry in entries.values():
-            if type(entry) is tuple:
-                reachable.add(entry[0])
-            elif not (entry.records and entry.records[0].kind == "optimizer"):
+            if type(entry) is _TensorFacts:
+                reachable.add(entry.id)
+            elif entry.kind != Kind.OPTIMIZER:
                 reachable.update(entry.tensor_ids)
         orphaned = []
         for name, entry in optimizers:
@@ -1501,10 +1492,15 @@ def _cuda_figures(cuda: Any, device: str) -> tuple[int | None, int | None, int |
 
 __all__ = [
     "Inventory",
+    "Scanner",
     "Record",
     "DeviceTotal",
     "scan",
     "format_bytes",
     "is_ipython_bookkeeping",
     "device_sort_key",
+    "orphan_warning",
+    "MAX_CONTAINER_DEPTH",
+    "CONTAINER_ELEMENT_CAP",
+    "AGGREGATE_ABOVE",
 ]
