@@ -333,3 +333,36 @@ def test_scanner_is_incremental_and_its_inventories_immutable():
     assert [r.name for r in first.records] == ["a"]  # the earlier result did not change
     assert [r.name for r in second.records] == ["a", "b"]
     assert scanner.last is second
+
+
+# -- a second device that keeps data (the simulated accelerator) --------------------------------
+
+
+@pytest.mark.simulated
+def test_simulated_device_tensors_are_keyed_by_their_host_values(simulated_device: str):
+    x = torch.zeros(4, 5, device=simulated_device)
+    view = x[1:]
+    model = torch.nn.Linear(3, 2).to(simulated_device)
+    inventory = tdm.scan({"x": x, "view": view, "model": model, "cpu": torch.ones(2)})
+    records = by_name(inventory)
+    assert records["x"].devices == (simulated_device,) and records["x"].bytes == 80
+    assert records["view"].shares_with == ("x",)  # data_ptr is 0: keyed by the host storage
+    assert records["model"].devices == (simulated_device,)
+    assert records["model"].param_bytes == {simulated_device: 32}
+    assert inventory.totals() == {"cpu": 8, simulated_device: 80 + 32}
+    (total,) = [t for t in inventory.device_totals() if t.device == simulated_device]
+    assert total.bytes == 112 and total.allocated is None  # no allocator figures on it
+
+
+@pytest.mark.simulated
+def test_simulated_device_reach_and_optimizer_state(simulated_device: str):
+    model = torch.nn.Linear(4, 4).to(simulated_device)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 4, device=simulated_device)).sum().backward()
+    optimizer.step()
+    trainer = {"model": model, "opt": optimizer}
+    records = by_name(tdm.scan({"trainer": trainer}))
+    assert records["trainer['model']"].grad_bytes == 80
+    state = records["trainer['opt']"]
+    assert state.devices == (simulated_device,) and not state.mixed
+    assert state.state_bytes.get(simulated_device) == 2 * 80

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 import weakref
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -1306,24 +1305,23 @@ class Inventory:
         return list(self.totals())
 
     def device_totals(self) -> list[DeviceTotal]:
-        """Totals with, for CUDA devices when CUDA is *already* initialised, the allocator's
-        figures (reading them otherwise would initialise CUDA)."""
+        """Totals with the allocator's figures for accelerators that are *already* initialised
+        (:func:`.devices.memory_figures`; reading them otherwise would initialise the device)."""
+        from .devices import memory_figures
+
         totals = self.totals()
         needed = self.would_need()
-        cuda = _initialised_cuda()
         rows = []
         for device in self.devices:
-            allocated = reserved = capacity = None
-            if cuda is not None and device.startswith("cuda"):
-                allocated, reserved, capacity = _cuda_figures(cuda, device)
+            figures = memory_figures(device)
             rows.append(
                 DeviceTotal(
                     device,
                     totals.get(device, 0),
                     needed.get(device, 0),
-                    allocated,
-                    reserved,
-                    capacity,
+                    figures.allocated,
+                    figures.reserved,
+                    figures.capacity,
                 )
             )
         return rows
@@ -1466,28 +1464,6 @@ def orphan_warning(name: str, unreachable: int, total: int) -> str:
         "(model re-created, or moved to meta, after the optimizer was made?): "
         "make the optimizer again"
     )
-
-
-def _initialised_cuda() -> Any:
-    torch = sys.modules.get("torch")
-    try:
-        if torch is not None and torch.cuda.is_initialized():
-            return torch.cuda
-    except Exception:
-        pass
-    return None
-
-
-def _cuda_figures(cuda: Any, device: str) -> tuple[int | None, int | None, int | None]:
-    try:
-        index = int(device.partition(":")[2] or 0)
-        return (
-            int(cuda.memory_allocated(index)),
-            int(cuda.memory_reserved(index)),
-            int(cuda.get_device_properties(index).total_memory),
-        )
-    except Exception:
-        return None, None, None
 
 
 __all__ = [
