@@ -139,27 +139,27 @@ def test_big_container_of_numbers_is_cheap_and_empty():
     start = time.perf_counter()
     walked = O.walk(T, floats, "floats")
     assert walked.leaves == [] and not walked.truncated
-    key = O.signature(T, floats, walked)
-    assert key == O.signature(T, floats, walked)
+    key = O.signature(T, floats, O.structure(walked))
+    assert key == O.signature(T, floats, O.structure(walked))
     assert time.perf_counter() - start < 1.0  # generous: this is about not being O(n) Python
 
 
 def test_signature_sees_appends_at_any_depth_and_replaced_attributes():
     losses: list = []
     walked = O.walk(T, losses, "losses")
-    before = O.signature(T, losses, walked)
+    before = O.signature(T, losses, O.structure(walked))
     losses.append(torch.ones(1))
-    assert O.signature(T, losses, walked) != before
+    assert O.signature(T, losses, O.structure(walked)) != before
     history = {"loss": []}
     walked = O.walk(T, history, "history")
-    before = O.signature(T, history, walked)
+    before = O.signature(T, history, O.structure(walked))
     history["loss"].append(1.0)
-    assert O.signature(T, history, walked) != before
+    assert O.signature(T, history, O.structure(walked)) != before
     trainer = Trainer()
     walked = O.walk(T, trainer, "trainer")
-    before = O.signature(T, trainer, walked)
+    before = O.signature(T, trainer, O.structure(walked))
     trainer.model = torch.nn.Linear(2, 2)
-    assert O.signature(T, trainer, walked) != before
+    assert O.signature(T, trainer, O.structure(walked)) != before
 
 
 def test_children_go_back_in_place_or_rebuilt():

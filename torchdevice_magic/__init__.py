@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .inventory import Inventory, Record, scan
+from .records import Record
+from .scanner import Inventory, Scanner, scan
 
 __version__ = "0.1.0"
 
@@ -48,4 +49,4 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "torchdevice-magic"}]
 
 
-__all__ = ["Inventory", "Record", "scan", "move", "diagnose", "__version__"]
+__all__ = ["Inventory", "Record", "Scanner", "scan", "move", "diagnose", "__version__"]

@@ -9,8 +9,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from .inventory import device_sort_key
 from .session import DeviceSession, cell_names
+from .units import device_sort_key
 
 MAGIC_NAMES = {"cell": ["devicecheck"], "line": ["devices"]}
 

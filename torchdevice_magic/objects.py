@@ -41,10 +41,11 @@ API (for the scanner and the mover)
 ``rebuilt(value, kind, {key: child}) -> new object``
     immutable composites (tuple, namedtuple via ``_make``, frozen dataclass via a shallow copy
     + ``object.__setattr__``) rebuilt with the replaced children; bind the result in the parent.
-``signature(T, value, walk) -> tuple | None``
+``structure(walk) -> spec``; ``signature(T, value, spec) -> tuple | None``
     cheap "did this structure change?" key: (id, size, id of last child) of each composite
     node, found again from the root by the node keys (O(nodes), not O(elements)): a list that
-    was empty when first seen and is appended to later has a new signature.
+    was empty when first seen and is appended to later has a new signature. ``spec`` holds no
+    reference to user objects (the scan keeps it between cells).
 Storage identity
     ``add_storages(tensor, device, into) -> int`` adds ``{key: (device, nbytes)}`` for every
     storage the tensor holds and returns the bytes they would need. Key ``(device, data_ptr)``;
@@ -409,14 +410,21 @@ def _size(value: Any, kind: str) -> int:
 
 
 def _last_id(value: Any, kind: str) -> int:
-    """id of the last child (appends and replaced attributes show here), O(1)."""
+    """ids of the children of small composites, else of the last child (appends show
+    here): O(1) for big containers."""
     try:
         if kind == Kind.MAPPING:
+            if dict.__len__(value) <= 64:
+                return hash(tuple(map(id, dict.values(value))))
             return id(next(reversed(dict.values(value)), None))
         if kind == Kind.SEQUENCE or kind == Kind.NAMEDTUPLE:
             if isinstance(value, tuple):
+                if tuple.__len__(value) <= 64:
+                    return hash(tuple(map(id, tuple.__iter__(value))))
                 return id(tuple.__getitem__(value, -1)) if tuple.__len__(value) else 0
-            return id(list.__getitem__(value, -1)) if list.__len__(value) else 0
+            if list.__len__(value) <= 64:
+                return hash(tuple(map(id, list.__iter__(value))))
+            return id(list.__getitem__(value, -1))
         own = instance_dict(value)
         if kind == Kind.USERDICT:
             own = own.get("data") if own is not None else None
@@ -545,26 +553,38 @@ def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[in
                 return
 
 
-def signature(T: TorchTypes, value: Any, walked: Walk) -> tuple | None:
-    """Changes when any composite the walk entered gains, loses or replaces children."""
-    nodes = walked.nodes
-    if not nodes:
+def structure(walked: Walk) -> tuple[tuple[int, Any, str], ...]:
+    """The shape of what a walk entered, without references to user objects: one
+    (parent index, key, kind) per composite node, for :func:`signature`. Nodes under a key that
+    is not a plain str/int (it could keep an object alive) are left out, with their subtrees."""
+    kept: dict[int, int] = {}
+    spec: list[tuple[int, Any, str]] = []
+    for index, node in enumerate(walked.nodes[:SIGNATURE_NODES]):
+        if node.parent < 0:
+            parent = -1
+        else:
+            parent = kept.get(node.parent, -2)
+            if parent == -2 or type(node.key) not in (str, int):
+                continue
+        kept[index] = len(spec)
+        spec.append((parent, node.key, node.kind))
+    return tuple(spec)
+
+
+def signature(T: TorchTypes, value: Any, spec: tuple[tuple[int, Any, str], ...]) -> tuple | None:
+    """Changes when a composite the walk entered gains, loses or replaces children: (id, size,
+    id of the last child) per node, each found again from ``value`` by its key: O(nodes)."""
+    if not spec:
         return None
-    if len(nodes) > SIGNATURE_NODES:
-        nodes = nodes[:1]
     found: list[Any] = []
     out: list[Any] = []
     try:
-        for node in nodes:
-            if node.parent < 0:
-                current = value
-            else:
-                parent = found[node.parent]
-                current = _child(nodes[node.parent].kind, parent, node.key)
+        for parent, key, kind in spec:
+            current = value if parent < 0 else _child(spec[parent][2], found[parent], key)
             found.append(current)
-            out.append((id(current), _size(current, node.kind), _last_id(current, node.kind)))
+            out.append((id(current), _size(current, kind), _last_id(current, kind)))
     except Exception:
-        return ("unreadable",)
+        return ("changed",)
     return tuple(out)
 
 
@@ -606,12 +626,6 @@ def set_child(value: Any, kind: str, key: Any, child: Any) -> Any:
     if kind == Kind.MAPPING:
         old = dict.__getitem__(value, key)
         dict.__setitem__(value, key, child)
-        if type(value) is not dict and type(key) is str:
-            # ModelOutput-style (an OrderedDict that is also a dataclass): the same child is
-            # an attribute too; keep ``out.logits`` and ``out["logits"]`` the same object
-            own = instance_dict(value)
-            if own is not None and own.get(key) is old:
-                own[key] = child
         return old
     if kind == Kind.SEQUENCE:
         old = list.__getitem__(value, key)
@@ -822,10 +836,9 @@ def accelerate_dispatch(T: TorchTypes, name: str, submodules: list[Any]) -> Disp
         own = instance_dict(sub)
         if own and "_hf_hook" in own:
             hooks.append(own["_hf_hook"])
-    if not hooks and not isinstance(device_map, dict):
-        return None
-    if not hooks and len({str(v) for v in dict.values(device_map)}) <= 1:
-        return None  # loaded on one device without hooks: a plain model (move it like one)
+    spread = isinstance(device_map, dict) and len({str(v) for v in dict.values(device_map)}) > 1
+    if not hooks and not spread:
+        return None  # device_map on one device and no hooks: an ordinary model
     weights: dict[int, tuple[str, Any]] = {}
     on_disk: set[str] = set()
     maps: dict[int, Any] = {}
@@ -912,6 +925,7 @@ __all__ = [
     "Walk",
     "walk",
     "signature",
+    "structure",
     "is_mutable",
     "set_child",
     "rebuilt",
