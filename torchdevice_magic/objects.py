@@ -626,6 +626,12 @@ def set_child(value: Any, kind: str, key: Any, child: Any) -> Any:
     if kind == Kind.MAPPING:
         old = dict.__getitem__(value, key)
         dict.__setitem__(value, key, child)
+        if type(value) is not dict and type(key) is str:
+            # ModelOutput-style (an OrderedDict that is also a dataclass): the same child is
+            # an attribute too; keep ``out.logits`` and ``out["logits"]`` the same object
+            own = instance_dict(value)
+            if own is not None and own.get(key) is old:
+                own[key] = child
         return old
     if kind == Kind.SEQUENCE:
         old = list.__getitem__(value, key)
