@@ -50,11 +50,43 @@ def storage(t: Any) -> tuple[Any, int, Any]:
         n = s.nbytes()
         if n == 0 and t.numel() and t.device.type != "meta":
             # a storage-less wrapper (an out-of-tree device such as the simulated one): its
-            # data lives in wrapped tensors; copied on its own, values kept
-            return ("tensor", id(t)), tensor_nbytes(t), None
+            # data, and the sharing between its views, live in the tensor it wraps
+            inner = _inner(t)
+            if inner is t:
+                return ("tensor", id(t)), tensor_nbytes(t), None
+            s = inner.untyped_storage()
+            return ("inner", s._cdata), s.nbytes(), s
         return s._cdata, n, s
     except Exception:
         return ("tensor", id(t)), tensor_nbytes(t), None
+
+
+def _inner(t: Any) -> Any:
+    """The one tensor a storage-less wrapper keeps its data in (``__tensor_flatten__``, read
+    through objects.py), or ``t`` itself."""
+    from .. import objects
+
+    try:
+        if t.untyped_storage().nbytes() == 0 and t.numel() and t.device.type != "meta":
+            inner = objects.inner_tensors(objects.TorchTypes.current(), t)
+            if len(inner) == 1:
+                return inner[0]
+    except Exception:
+        pass
+    return t
+
+
+def _geometry(t: Any) -> tuple[Any, Any, int]:
+    """(size, stride, storage offset) of ``t`` in its storage; a wrapper's own geometry is
+    always contiguous, the real one is its inner tensor's."""
+    g = _inner(t)
+    return g.size(), g.stride(), g.storage_offset()
+
+
+def _covers(t: Any, snb: int) -> bool:
+    """Whether ``t`` spans its whole storage (so the copy of ``t`` can own the moved one)."""
+    g = _inner(t)
+    return g.storage_offset() == 0 and g.is_contiguous() and g.nbytes == snb
 
 
 # --------------------------------------------------------------------------------------------
@@ -250,9 +282,9 @@ def _anchor(anchors: dict[Any, Any], old: Any, new: Any, base_obj: Any) -> None:
     """Record that ``old``'s storage now lives in ``new`` when both cover a whole storage."""
     try:
         key, snb, _s = storage(old)
-        if old.storage_offset() != 0 or not old.is_contiguous() or old.nbytes != snb:
+        if not _covers(old, snb):
             return  # covers part of its storage: aliases of the rest are copied on their own
-        if new.storage_offset() != 0 or storage(new)[1] != snb:
+        if _geometry(new)[2] != 0 or storage(new)[1] != snb:
             return
         anchors.setdefault((key, new.device), (new, base_obj, 0))
     except Exception:
@@ -303,7 +335,7 @@ def _copy_shared(
             roots.setdefault(id(root), root)
         for root in roots.values():  # the first root that spans the storage owns it
             try:
-                covers = root.storage_offset() == 0 and root.is_contiguous() and root.nbytes == snb
+                covers = _covers(root, snb)
             except Exception:
                 covers = False
             if covers:
@@ -319,17 +351,20 @@ def _copy_shared(
                         new_of[id(t)] = _copy_one(t, dest, new_of, copier)
                 return
             # No single owner: move the raw bytes once and lay every tensor over them.
-            flat = torch.empty(0, dtype=torch.uint8, device=first.device)
+            flat = torch.empty(0, dtype=torch.uint8, device=storage.device)
             flat.set_(storage, 0, (snb,), (1,))
             anchor_new = copier.to(flat, dest)
+            if anchor_new is flat:  # a wrapper's data already lives on the target's kind
+                anchor_new = flat.clone()
     storage_new = None
     for t, *_rest in members:
         if id(t) in new_of:
             continue
         if base_obj is not None and t._base is base_obj and t.dtype == anchor_new.dtype:
-            offset = t.storage_offset() - base_offset + anchor_new.storage_offset()
+            size, stride, t_offset = _geometry(t)
+            offset = t_offset - base_offset + _geometry(anchor_new)[2]
             with torch.set_grad_enabled(t.requires_grad):
-                v = anchor_new.as_strided(t.size(), t.stride(), offset)
+                v = anchor_new.as_strided(size, stride, offset)
             if t.requires_grad and not v.requires_grad:
                 v.requires_grad_(True)
         else:
@@ -347,15 +382,16 @@ def _copy_shared(
 
 def _alias(torch: Any, t: Any, anchor_new: Any, storage_new: Any, base_offset: int) -> Any:
     """A tensor with ``t``'s shape, strides and offset over the moved storage."""
+    size, stride, t_offset = _geometry(t)
     try:
         v = torch.empty((0,), dtype=t.dtype, device=anchor_new.device)
-        return v.set_(storage_new, t.storage_offset(), t.size(), t.stride())
+        return v.set_(storage_new, t_offset, size, stride)
     except RuntimeError:
         if t.dtype != anchor_new.dtype:
             raise
-        # Devices whose tensors cannot be re-pointed at a storage (lazy): a detached view.
-        offset = t.storage_offset() - base_offset + anchor_new.storage_offset()
-        return anchor_new.detach().as_strided(t.size(), t.stride(), offset)
+        # Devices whose tensors cannot be re-pointed at a storage: a detached view.
+        offset = t_offset - base_offset + _geometry(anchor_new)[2]
+        return anchor_new.detach().as_strided(size, stride, offset)
 
 
 def _still_held(
