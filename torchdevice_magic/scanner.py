@@ -669,7 +669,11 @@ def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
     structure = objects.structure(walked)
     leaves = walked.leaves
     if not leaves:
-        # nothing of ours (yet): watched by its structure, so an append shows up next time
+        # nothing of ours (yet): watched by its structure, so an append shows up next time.
+        # A plain object is watched by its own attributes only (added, removed, rebound):
+        # thousands of config/record objects must cost next to nothing on rescans.
+        if kind in objects.ATTRIBUTE_KINDS:
+            structure = structure[:1]
         entry = _Entry(id(value), [], {}, objects.signature(T, value, structure), kind="watch")
         entry.structure = structure
         return entry
