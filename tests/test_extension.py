@@ -194,7 +194,7 @@ def test_hook_never_raises_into_the_session(ip, monkeypatch, caplog):
     def broken(*args, **kwargs):
         raise RuntimeError("scan exploded")
 
-    monkeypatch.setattr(session_module, "scan", broken)
+    monkeypatch.setattr(session_module.Scanner, "scan", broken)
     run(ip, "import torch")
     for _ in range(3):
         result, _, _ = run(ip, "a = torch.ones(2)")

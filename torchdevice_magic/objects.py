@@ -71,6 +71,8 @@ import copy
 import sys
 import types
 from collections import UserDict
+from itertools import chain
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 #: Composites nested deeper than this are not walked (a nested batch is rarely deeper).
@@ -787,6 +789,9 @@ def module_parts(T: TorchTypes, module: Any) -> ModuleParts:
                 submodules.append(child)
                 names.append(qualified)
                 stack.append((child, qualified + "."))
+    fast = _module_parts_fast(T, submodules)
+    if fast is not None:
+        return fast
     params: dict[int, Any] = {}
     buffers: dict[int, Any] = {}
     extra: list[tuple[str, Any]] = []
@@ -822,6 +827,48 @@ def module_parts(T: TorchTypes, module: Any) -> ModuleParts:
         submodules, list(params.values()), list(buffers.values()), extra, extra_keys,
         uninitialized,
     )  # fmt: skip
+
+
+_params_of = attrgetter("_parameters")
+_buffers_of = attrgetter("_buffers")
+_packing_types: dict[type, bool] = {}
+
+
+def _packs_weights(tp: type) -> bool:
+    """torch's own packed-params modules (dynamic quantization) keep weights outside
+    ``_parameters``."""
+    packs = _packing_types.get(tp)
+    if packs is None:
+        module = _type_dict(tp).get("__module__")
+        packs = _packing_types[tp] = (
+            isinstance(module, str)
+            and module.startswith("torch.")
+            and _class_attr(_mro_of(tp), "_weight_bias") is not None
+        )
+    return packs
+
+
+def _module_parts_fast(T: TorchTypes, submodules: list[Any]) -> ModuleParts | None:
+    """The common case (eager modules, plain dicts, no lazy or packed parameters) read
+    column-wise; None sends the module down the careful path."""
+    try:
+        params = list(chain.from_iterable(map(dict.values, map(_params_of, submodules))))
+        buffers = list(chain.from_iterable(map(dict.values, map(_buffers_of, submodules))))
+    except TypeError:  # TorchScript's wrapper dicts
+        return None
+    types = set(map(type, params)) | set(map(type, buffers))
+    mixin = T.Uninitialized
+    if mixin is not None and any(mixin in _mro_of(tp) for tp in types):
+        return None
+    if any(map(_packs_weights, set(map(type, submodules)))):
+        return None
+    unique_params = dict(zip(map(id, params), params))  # noqa: B905 - tied weights once
+    unique_buffers = dict(zip(map(id, buffers), buffers))  # noqa: B905
+    unique_params.pop(id(None), None)
+    unique_buffers.pop(id(None), None)
+    return ModuleParts(
+        submodules, list(unique_params.values()), list(unique_buffers.values()), [], [], []
+    )
 
 
 class Dispatch(NamedTuple):

@@ -25,7 +25,6 @@ import re
 import weakref
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from functools import partial
 from itertools import chain, compress, repeat
 from operator import attrgetter, methodcaller, ne
 from types import MappingProxyType
@@ -83,9 +82,6 @@ class _TensorFacts(NamedTuple):
     key: tuple
     nbytes: int
     grad: _Grad | None
-
-
-_make_facts = partial(tuple.__new__, _TensorFacts)
 
 
 class _Entry:
@@ -155,6 +151,10 @@ _data_ptr = methodcaller("data_ptr")
 
 def _device_names_of(T: TorchTypes, tensors: list[Any]) -> list[str]:
     devices = list(map(_get_device, tensors))
+    if len(devices) > 64:
+        unique = set(devices)
+        if len(unique) == 1:  # the usual namespace: one device, one name
+            return [T.device_name(unique.pop())] * len(devices)
     try:
         return list(map(T.device_names.__getitem__, devices))
     except KeyError:
@@ -253,61 +253,114 @@ def _facts_record(T: TorchTypes, name: str, facts: _TensorFacts, root: str | Non
     )
 
 
-def _batch_tensor_facts(
-    T: TorchTypes, names: list[str], tensors: list[Any], into: dict[str, Any]
-) -> list[str]:
-    """:func:`_plain_tensor_facts` for many tensors at once, column-wise (the full scan's hot
-    path); falls back to one at a time if any of them needs the careful path. Returns the
-    names to look at again in every rescan (grad-carrying tensors and Parameters)."""
+class _Columns:
+    """Plain tensors bound to top-level names, read column-wise by a full scan: the bulk of a
+    namespace. One object per full scan, shared (never changed) by the inventories of the
+    rescans that follow; names rebound since are listed in the state's ``dropped``.
+
+    Only exact ``torch.Tensor``s without ``requires_grad`` and with a data pointer are here:
+    nothing about them can change without rebinding the name (or the cell naming it), so they
+    are never looked at again. Records are built from the columns only when a view asks, once
+    per tensor, and kept here for the inventories that share these columns."""
+
+    __slots__ = (
+        "names", "ids", "devices", "dtypes", "shapes", "pointers", "sizes", "_position",
+        "_records",
+    )  # fmt: skip
+
+    def __init__(self, names, ids, devices, dtypes, shapes, pointers, sizes) -> None:
+        self.names: list[str] = names
+        self.ids: list[int] = ids
+        self.devices: list[str] = devices
+        self.dtypes: list[Any] = dtypes
+        self.shapes: list[Any] = shapes
+        self.pointers: list[int] = pointers
+        self.sizes: list[int] = sizes
+        self._position: dict[str, int] | None = None
+        self._records: list[Record | None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def position(self) -> dict[str, int]:
+        if self._position is None:
+            self._position = dict(zip(self.names, range(len(self.names))))  # noqa: B905
+        return self._position
+
+    def key(self, index: int) -> tuple:
+        return (self.devices[index], self.pointers[index])
+
+    def keys(self) -> list[tuple]:
+        return list(zip(self.devices, self.pointers))  # noqa: B905 - same lengths
+
+    def record(self, T: TorchTypes, index: int) -> Record:
+        records = self._records
+        if records is None:
+            records = self._records = [None] * len(self.names)
+        record = records[index]
+        if record is None:
+            shape = self.shapes[index]
+            device = self.devices[index]
+            nbytes = self.sizes[index]
+            record = records[index] = Record(
+                self.names[index],
+                self.names[index],
+                "tensor",
+                "Tensor",
+                (device,),
+                T.dtype_name(self.dtypes[index]),
+                tuple(shape),
+                shape.numel(),
+                nbytes,
+                nbytes,
+                bytes_by_device={device: nbytes},
+            )
+        return record
+
+
+def _read_columns(
+    T: TorchTypes,
+    names: list[str],
+    tensors: list[Any],
+    types: list[type],
+    ids: list[int],
+    into: dict[str, Any],
+) -> tuple[_Columns, list[str]]:
+    """The full scan's hot path: each plain tensor's facts read column-wise (``map`` over
+    unbound methods and ``attrgetter``s, so the per-tensor loop runs in C). Grad-carrying
+    tensors, Parameters and storages without a data pointer (empty, meta, wrapper devices) go
+    to ``into`` one at a time. Returns the columns and the names to look at in every rescan."""
+    volatile: list[str] = []
     try:
-        devices = _device_names_of(T, tensors)
         storages = list(map(T.Tensor.untyped_storage, tensors))
         pointers = list(map(T.UntypedStorage.data_ptr, storages))
-        if 0 in pointers:
-            # empty, meta and wrapper-device storages: those few take the careful path
-            careful = [p == 0 for p in pointers]
-            volatile = _batch_careful(
-                T, list(compress(names, careful)), list(compress(tensors, careful)), into
-            )
-            keep = [not c for c in careful]
-            names, tensors = list(compress(names, keep)), list(compress(tensors, keep))
-            devices, storages = list(compress(devices, keep)), list(compress(storages, keep))
-            pointers = list(compress(pointers, keep))
-            return volatile + _batch_tensor_facts(T, names, tensors, into)
-        sizes = list(map(T.UntypedStorage.nbytes, storages))
         requires_grad = list(map(_get_requires_grad, tensors))
-        grads: list[Any] = [None] * len(tensors)
-        if True in requires_grad:
-            for index, flag in enumerate(requires_grad):
-                if flag:
-                    grads[index] = _grad_facts(T, tensors[index])
-        into.update(
-            zip(
-                names,
-                map(
-                    _make_facts,
-                    zip(
-                        map(id, tensors),
-                        map(type, tensors),
-                        devices,
-                        map(_get_dtype, tensors),
-                        map(_get_shape, tensors),
-                        requires_grad,
-                        zip(devices, pointers, strict=True),
-                        sizes,
-                        grads,
-                        strict=True,
-                    ),
-                ),
-                strict=True,
+        if 0 in pointers or True in requires_grad or T.Parameter in types:
+            plain_type = T.Tensor
+            simple = [
+                p != 0 and not r and t is plain_type
+                for p, r, t in zip(pointers, requires_grad, types)  # noqa: B905
+            ]
+            other = [not flag for flag in simple]
+            volatile = _batch_careful(
+                T, list(compress(names, other)), list(compress(tensors, other)), into
             )
+            names, tensors = list(compress(names, simple)), list(compress(tensors, simple))
+            storages, pointers = list(compress(storages, simple)), list(compress(pointers, simple))
+            ids = list(compress(ids, simple))
+        columns = _Columns(
+            names,
+            ids,
+            _device_names_of(T, tensors),
+            list(map(_get_dtype, tensors)),
+            list(map(_get_shape, tensors)),
+            pointers,
+            list(map(T.UntypedStorage.nbytes, storages)),
         )
-        volatile = list(compress(names, requires_grad))
-        if T.Parameter in set(map(type, tensors)):
-            volatile += [n for n, t in zip(names, tensors, strict=True) if type(t) is T.Parameter]
-        return volatile
-    except Exception:
-        return _batch_careful(T, names, tensors, into)
+    except Exception:  # something unusual among them: every one the careful way
+        volatile = _batch_careful(T, names, tensors, into)
+        columns = _Columns([], [], [], [], [], [], [])
+    return columns, volatile
 
 
 def _batch_careful(T: TorchTypes, names: list[str], tensors: list[Any], into: dict) -> list[str]:
@@ -557,12 +610,15 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
     return entry
 
 
+_dict_of = attrgetter("__dict__")
+
+
 def _may_be_dispatched(submodules: list[Any]) -> bool:
-    for sub in submodules:
-        own = objects.instance_dict(sub)
-        if own and ("_hf_hook" in own or "hf_device_map" in own):
-            return True
-    return False
+    """Whether accelerate put hooks or a device map on any submodule (instance dicts only)."""
+    dicts = list(map(_dict_of, submodules))
+    return any(map(dict.__contains__, dicts, repeat("_hf_hook"))) or any(
+        map(dict.__contains__, dicts, repeat("hf_device_map"))
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -575,12 +631,15 @@ def _optimizer_signature(T: TorchTypes, optimizer: Any) -> tuple:
     state = optimizer.state
     params = objects.optimizer_params(optimizer)
     values = list(chain.from_iterable(map(dict.values, state.values())))
+    lists = (
+        tuple(len(v) for v in values if type(v) is list) if list in set(map(type, values)) else ()
+    )
     return (
         id(state),
         len(state),
         tuple(map(id, state.values())),
         tuple(map(id, values)),
-        tuple(len(v) for v in values if type(v) is list),
+        lists,
         tuple(map(T.Tensor.data_ptr, params)),
     )
 
@@ -602,7 +661,7 @@ def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None 
                 if isinstance(value, dict)
             )
         )
-        is_tensor = [type(v) is tensor_type or isinstance(v, tensor_type) for v in values]
+        is_tensor = list(map(isinstance, values, repeat(tensor_type)))
         state_tensors = list(compress(values, is_tensor))
         owners = list(compress(owner_ids, is_tensor))
     else:  # LBFGS and friends keep lists of tensors in their state
@@ -612,15 +671,13 @@ def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None 
     devices = _device_names_of(T, state_tensors)
     _read_storages(T, state_tensors, devices, storages)
     state_bytes = _bytes_by_device(storages)
-    misplaced = 0
-    real_devices: set[str] = set()
-    for device, owner, value in zip(devices, owners, state_tensors, strict=True):
-        # torch keeps 0-dim ``step`` counters on the CPU on purpose: only real state counts,
-        # for the mismatch check and for the devices the row shows
-        if value.dim() > 0:
-            real_devices.add(device)
-            if device != param_device.get(owner, device):
-                misplaced += 1
+    # torch keeps 0-dim ``step`` counters on the CPU on purpose: only real state counts, for
+    # the mismatch check and for the devices the row shows (column-wise: Adam has 3 per param)
+    real = list(map(T.Tensor.dim, state_tensors))
+    real_state_devices = list(compress(devices, real))
+    real_devices = set(real_state_devices)
+    owner_devices = map(param_device.get, compress(owners, real), real_state_devices)
+    misplaced = sum(map(ne, real_state_devices, owner_devices))
     by_device = _bytes_by_device(storages)
     devices_present = tuple(sorted(real_devices or state_bytes, key=device_sort_key))
     parameter_devices = tuple(sorted(set(param_device.values()), key=device_sort_key))
@@ -669,7 +726,11 @@ def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
     structure = objects.structure(walked)
     leaves = walked.leaves
     if not leaves:
-        # nothing of ours (yet): watched by its structure, so an append shows up next time
+        # nothing of ours (yet): watched by its structure, so an append shows up next time.
+        # A plain object is watched by its own attributes only (added, removed, rebound):
+        # thousands of config/record objects must cost next to nothing on rescans.
+        if kind in objects.ATTRIBUTE_KINDS:
+            structure = structure[:1]
         entry = _Entry(id(value), [], {}, objects.signature(T, value, structure), kind="watch")
         entry.structure = structure
         return entry
@@ -876,16 +937,24 @@ class _State(NamedTuple):
 
     keys: list[str]
     ids: list[int]
+    #: name -> _Entry or _TensorFacts, for every name not (or no longer) in ``columns``
     entries: dict[str, Any]
     volatile: frozenset[str]
     #: composites whose structure is compared on each rescan (recheck=True)
     watched: frozenset[str]
+    #: the plain tensors of the last full scan, and those of their names rebound since
+    columns: _Columns | None = None
+    dropped: frozenset[str] = frozenset()
+
+
+_NO_COLUMNS = _Columns([], [], [], [], [], [], [])
 
 
 class Scanner:
-    """Per-session incremental scan state: what it saw (names, ids, entries), which names to
-    look at again (modules, optimizers, grad-carrying tensors, watched containers and objects)
-    and the records already built. ``scan()`` returns an immutable :class:`Inventory`.
+    """Per-session incremental scan state: what it saw (names, ids, entries, the plain tensors'
+    columns), which names to look at again (modules, optimizers, grad-carrying tensors, watched
+    containers and objects) and the records already built. ``scan()`` returns an immutable
+    :class:`Inventory`, which carries the state the next scan starts from.
 
     The session owns one; the public :func:`scan` makes a throwaway one from ``previous``."""
 
@@ -933,37 +1002,26 @@ class Scanner:
             keys, values, namespace = list(snapshot), list(snapshot.values()), snapshot
         ids = list(map(id, values))
         state = previous._state if previous is not None else None
-        if state is not None and state.keys:
-            entries, volatile, watched = _rescan(T, namespace, keys, ids, state, changed, recheck)
+        if state is not None and state.keys and len(state.ids) == len(state.keys):
+            new_state = _rescan(T, namespace, keys, ids, state, changed, recheck)
         else:
-            entries, volatile, watched = _full_scan(T, keys, values)
-        hidden = _hidden_entries(T, namespace, entries) if include_hidden else {}
-        new_state = _State(keys, ids, entries, frozenset(volatile), frozenset(watched))
-        objects_changed = True
-        owned_keys = None
-        if state is not None:
-            before = state.entries
-            if new_state.volatile == state.volatile and all(
-                before.get(n) is entries.get(n) for n in volatile
-            ):
-                # no module, optimizer or grad-carrying object changed since the previous scan
-                objects_changed = False
-                owned_keys = previous._owned_keys
-        inventory = Inventory(
-            entries,
-            keys,
-            ids,
-            volatile,
-            torch_imported=True,
+            new_state = _full_scan(T, keys, ids, values)
+        hidden = _hidden_entries(T, namespace, new_state) if include_hidden else {}
+        inventory = Inventory._from_state(
+            new_state,
             include_hidden=include_hidden,
             hidden=hidden,
             torch=T,
             record_cache=previous._record_cache if previous is not None else None,
-            watched=watched,
         )
-        inventory.objects_changed = objects_changed
-        if owned_keys is not None:
-            inventory._owned_keys = owned_keys
+        if state is not None:
+            before, after = state.entries, new_state.entries
+            if new_state.volatile == state.volatile and all(
+                before.get(n) is after.get(n) for n in new_state.volatile
+            ):
+                # no module, optimizer or grad-carrying object changed since the previous scan
+                inventory.objects_changed = False
+                inventory._owned_keys = previous._owned_keys
         self.last = inventory
         return inventory
 
@@ -984,30 +1042,36 @@ def scan(
     )
 
 
-def _full_scan(
-    T: TorchTypes, keys: list[str], values: list[Any]
-) -> tuple[dict[str, Any], set[str], set[str]]:
-    tensor_type, parameter_type = T.Tensor, T.Parameter
-    kinds = list(map(type, values))
+def _full_scan(T: TorchTypes, keys: list[str], ids: list[int], values: list[Any]) -> _State:
+    types = list(map(type, values))
     # Plain tensors and Parameters, most of a namespace, are picked out column-wise.
-    plain = [kind is tensor_type or kind is parameter_type for kind in kinds]
+    plain = list(map({T.Tensor, T.Parameter}.__contains__, types))
     plain_names = list(compress(keys, plain))
     plain_tensors = list(compress(values, plain))
-    if any(map(_maybe_bookkeeping, plain_names)):  # `_`, `_12`... can hold a tensor
+    plain_types = list(compress(types, plain))
+    plain_ids = list(compress(ids, plain))
+    if not IPYTHON_NAMES.isdisjoint(plain_names) or any(
+        map(str.startswith, plain_names, repeat("_"))
+    ):  # `_`, `_12`... can hold a tensor
         keep = [not is_ipython_bookkeeping(name) for name in plain_names]
         plain_names = list(compress(plain_names, keep))
         plain_tensors = list(compress(plain_tensors, keep))
+        plain_types = list(compress(plain_types, keep))
+        plain_ids = list(compress(plain_ids, keep))
     entries: dict[str, Any] = {}
     volatile: set[str] = set()
     watched: set[str] = set()
-    known = T.kinds
-    for name, value, is_plain, tp in zip(keys, values, plain, kinds, strict=True):
-        if is_plain or known.get(tp) == Kind.NONE or is_ipython_bookkeeping(name):
-            continue  # objects without tensors cost a dict lookup
-        _store(T, name, _inspect(T, name, value), entries, volatile, watched)
-    volatile.update(_batch_tensor_facts(T, plain_names, plain_tensors, entries))
-    # the namespace's own order (definition order): the DataFrame and the views follow it
-    return {name: entries[name] for name in keys if name in entries}, volatile, watched
+    if len(plain_names) < len(keys):
+        known = T.kinds
+        for name, value, is_plain, tp in zip(keys, values, plain, types, strict=True):
+            if is_plain or known.get(tp) == Kind.NONE or is_ipython_bookkeeping(name):
+                continue  # objects without tensors cost a dict lookup
+            _store(T, name, _inspect(T, name, value), entries, volatile, watched)
+    columns, careful_volatile = _read_columns(
+        T, plain_names, plain_tensors, plain_types, plain_ids, entries
+    )
+    volatile.update(careful_volatile)
+    return _State(keys, ids, entries, frozenset(volatile), frozenset(watched), columns)
 
 
 def _store(
@@ -1034,10 +1098,6 @@ def _store(
         watched.discard(name)
 
 
-def _maybe_bookkeeping(name: str) -> bool:
-    return name[:1] == "_" or name in IPYTHON_NAMES
-
-
 def _rescan(
     T: TorchTypes,
     namespace: Mapping[str, Any],
@@ -1046,11 +1106,14 @@ def _rescan(
     state: _State,
     changed: Iterable[str],
     recheck: bool = True,
-) -> tuple[dict[str, Any], set[str], set[str]]:
+) -> _State:
     entries = dict(state.entries)
     volatile = set(state.volatile)
     watched = set(state.watched)
+    columns = state.columns or _NO_COLUMNS
+    dropped = state.dropped
     known = len(state.keys)
+    gone: list[str] = []
     if keys[:known] == state.keys:
         # the usual cell: same names, some rebound, perhaps a few new ones at the end
         stale = list(compress(keys, map(ne, ids, state.ids)))
@@ -1059,14 +1122,18 @@ def _rescan(
         current = dict(zip(keys, ids, strict=True))
         before = dict(zip(state.keys, state.ids, strict=True))
         stale = [name for name in keys if before.get(name) != current[name]]
-        for gone in before.keys() - current.keys():
-            entries.pop(gone, None)
-            volatile.discard(gone)
-            watched.discard(gone)
+        gone = list(before.keys() - current.keys())
+        for name in gone:
+            entries.pop(name, None)
+            volatile.discard(name)
+            watched.discard(name)
     # Names the cell mentions: look again at plain tensors and containers among them (a freed
     # object's id may now belong to a new one). Modules and optimizers need not: their
     # signatures and weak references catch a replacement.
-    forced = [n for n in changed if n in entries and not _entry_volatile(entries[n])]
+    position = columns.position() if len(columns) else {}
+    forced = [
+        n for n in changed if (n in entries and not _entry_volatile(entries[n])) or (n in position)
+    ]
     stale = list(dict.fromkeys(chain(stale, forced)))
     stale_set = set(stale)
     if recheck:
@@ -1074,20 +1141,28 @@ def _rescan(
             if name not in stale_set and not _still_same(T, entries[name], namespace.get(name)):
                 stale.append(name)
                 stale_set.add(name)
+    # a rebound or deleted name no longer means its column
+    leaving = [name for name in chain(stale, gone) if name in position and name not in dropped]
+    if leaving:
+        dropped = dropped | frozenset(leaving)
     for name in stale:
         if is_ipython_bookkeeping(name):
             continue
         _store(T, name, _inspect(T, name, namespace.get(name)), entries, volatile, watched)
-    return entries, volatile, watched
+    return _State(
+        keys, ids, entries, frozenset(volatile), frozenset(watched), state.columns, dropped
+    )
 
 
 def _hidden_entries(
-    T: TorchTypes, namespace: Mapping[str, Any], visible: Mapping[str, Any]
+    T: TorchTypes, namespace: Mapping[str, Any], state: _State
 ) -> dict[str, _Entry]:
     """Objects kept alive only by IPython's output history (``Out[12]``, ``_``)."""
     visible_keys: set[tuple] = set()
-    for entry in visible.values():
+    for entry in state.entries.values():
         visible_keys.update(_entry_storages(entry))
+    if state.columns is not None:
+        visible_keys.update(state.columns.keys())
     found: dict[str, _Entry] = {}
     seen_ids: set[int] = set()
     candidates: list[tuple[str, Any]] = []
@@ -1145,11 +1220,15 @@ class Inventory:
         torch: TorchTypes | None = None,
         record_cache: dict[str, tuple[Any, list[Record]]] | None = None,
         watched: set[str] | frozenset[str] = frozenset(),
+        columns: _Columns | None = None,
+        dropped: frozenset[str] = frozenset(),
     ) -> None:
         self._torch = torch
-        self._entries = entries
         # what the next incremental scan compares against
-        self._state = _State(keys, ids, entries, frozenset(volatile), frozenset(watched))
+        self._state = _State(
+            keys, ids, entries, frozenset(volatile), frozenset(watched), columns, dropped
+        )
+        self._entries = entries
         self._volatile = self._state.volatile
         # name -> (entry, records): records of entries the next scan reuses are reused too
         self._record_cache: dict[str, tuple[Any, list[Record]]] = record_cache or {}
@@ -1165,9 +1244,47 @@ class Inventory:
         self.objects_changed = True
 
     @classmethod
+    def _from_state(cls, state: _State, **options: Any) -> Inventory:
+        return cls(
+            state.entries,
+            state.keys,
+            state.ids,
+            state.volatile,
+            torch_imported=True,
+            watched=state.watched,
+            columns=state.columns,
+            dropped=state.dropped,
+            **options,
+        )
+
+    @classmethod
     def empty(cls, include_hidden: bool = False) -> Inventory:
         """What a namespace without torch gives."""
         return cls({}, [], [], set(), torch_imported=False, include_hidden=include_hidden)
+
+    # -- the plain tensors' columns ------------------------------------------------------------
+    def _live_columns(self) -> tuple[_Columns, list[int] | None]:
+        """The columns and the indexes still meant (None: all of them)."""
+        columns = self._state.columns
+        if columns is None or not len(columns):
+            return _NO_COLUMNS, None
+        dropped = self._state.dropped
+        if not dropped:
+            return columns, None
+        position = columns.position()
+        gone = {position[name] for name in dropped if name in position}
+        return columns, [i for i in range(len(columns)) if i not in gone]
+
+    def _column_keys(self) -> list[tuple]:
+        columns, live = self._live_columns()
+        keys = columns.keys()
+        return keys if live is None else [keys[i] for i in live]
+
+    def _column_of(self, name: str) -> int | None:
+        columns = self._state.columns
+        if columns is None or not len(columns) or name in self._state.dropped:
+            return None
+        return columns.position().get(name)
 
     # -- records -----------------------------------------------------------------------------
     @property
@@ -1177,18 +1294,30 @@ class Inventory:
         return self._records
 
     def _records_by_entry(self) -> list[tuple[Any, list[Record]]]:
-        """(entry, its records) for visible then hidden entries; tensor records are built here."""
+        """(entry, its records) in the namespace's order, then hidden entries; tensor records
+        are built here (an entry that is an int is an index into the columns)."""
         if self._built is None:
-            built = []
+            T = self._torch
+            built: list[tuple[Any, list[Record]]] = []
             cache = self._record_cache
             fresh_cache: dict[str, tuple[Any, list[Record]]] = {}
-            for name, entry in self._entries.items():
+            entries = self._entries
+            columns = self._state.columns or _NO_COLUMNS
+            position = columns.position() if len(columns) else {}
+            dropped = self._state.dropped
+            for name in self._state.keys:
+                entry = entries.get(name)
+                if entry is None:
+                    index = position.get(name)
+                    if index is not None and name not in dropped:
+                        built.append((index, [columns.record(T, index)]))
+                    continue
                 if type(entry) is _TensorFacts:
                     cached = cache.get(name)
                     if cached is not None and cached[0] is entry:
                         pair = cached
                     else:
-                        pair = (entry, [_facts_record(self._torch, name, entry)])
+                        pair = (entry, [_facts_record(T, name, entry)])
                     fresh_cache[name] = pair
                 elif not entry.records:
                     continue
@@ -1199,6 +1328,12 @@ class Inventory:
             self._built = built
             self._record_cache = fresh_cache
         return self._built
+
+    def _storages_of(self, entry: Any) -> Mapping[tuple, tuple[str, int]] | tuple:
+        if type(entry) is int:
+            columns = self._state.columns
+            return (columns.key(entry),)
+        return _entry_storages(entry)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -1214,11 +1349,16 @@ class Inventory:
 
     def names(self) -> list[str]:
         """The top-level names that hold something this inventory lists (not hidden ones)."""
-        return [
-            name
-            for name, entry in self._entries.items()
-            if type(entry) is _TensorFacts or entry.records
-        ]
+        entries = self._entries
+        found = []
+        for name in self._state.keys:
+            entry = entries.get(name)
+            if entry is None:
+                if self._column_of(name) is not None:
+                    found.append(name)
+            elif type(entry) is _TensorFacts or entry.records:
+                found.append(name)
+        return found
 
     def roots(self) -> MappingProxyType:
         by_root: dict[str, list[Record]] = {}
@@ -1233,19 +1373,22 @@ class Inventory:
         that really share a storage get new (replaced) records."""
         built = self._records_by_entry()
         records = [r for _, records in built for r in records]
-        counts = Counter(chain.from_iterable(_entry_storages(entry) for entry, _ in built))
+        counts = Counter(self._column_keys())
+        counts.update(
+            chain.from_iterable(_entry_storages(e) for e, _ in built if type(e) is not int)
+        )
         shared_keys = {key for key, count in counts.items() if count > 1}
         if not shared_keys:
             return records
         owners: dict[tuple, list[str]] = {}
         for entry, entry_records in built:
-            if shared_keys.isdisjoint(_entry_storages(entry)):
+            storage_keys = self._storages_of(entry)
+            if shared_keys.isdisjoint(storage_keys):
                 continue
-            pairs = (
-                zip(entry_records, [_facts_storages(entry).keys()], strict=True)
-                if type(entry) is _TensorFacts
-                else entry.keys_per_record()
-            )
+            if type(entry) is int or type(entry) is _TensorFacts:
+                pairs: Iterable = zip(entry_records, [storage_keys], strict=True)
+            else:
+                pairs = entry.keys_per_record()
             for record, keys in pairs:
                 for key in shared_keys.intersection(keys):
                     names = owners.setdefault(key, [])
@@ -1265,9 +1408,16 @@ class Inventory:
     # -- totals ------------------------------------------------------------------------------
     def _unique_storages(self) -> dict[tuple, tuple[str, int]]:
         if self._storages is None:
+            columns, live = self._live_columns()
+            sizes = zip(columns.devices, columns.sizes)  # noqa: B905 - same lengths
+            if live is None:
+                merged = dict(zip(columns.keys(), sizes))  # noqa: B905
+            else:
+                pairs = list(zip(columns.keys(), sizes))  # noqa: B905
+                merged = dict(pairs[i] for i in live)
             entries = self._entries.values()
             facts = [e for e in entries if type(e) is _TensorFacts]
-            merged = dict([(f.key, (f.device, f.nbytes)) for f in facts])
+            merged.update([(f.key, (f.device, f.nbytes)) for f in facts])
             merged.update([(f.grad.key, (f.grad.device, f.grad.nbytes)) for f in facts if f.grad])
             for entry in entries:
                 if type(entry) is not _TensorFacts:
@@ -1330,9 +1480,13 @@ class Inventory:
         """Whether this name's tensor shares a storage with a module or optimizer here (a
         buffer or parameter under another name: changing it in place changes the module)."""
         entry = self._entries.get(name)
-        if entry is None:
-            return False
-        keys = _entry_storages(entry).keys()
+        if entry is not None:
+            keys: Iterable[tuple] = _entry_storages(entry).keys()
+        else:
+            index = self._column_of(name)
+            if index is None:
+                return False
+            keys = (self._state.columns.key(index),)
         return not self._module_keys().isdisjoint(keys)
 
     def _module_keys(self) -> set[tuple]:
@@ -1370,7 +1524,8 @@ class Inventory:
         ]
         if not optimizers:
             return []
-        reachable: set[int] = set()
+        columns, live = self._live_columns()
+        reachable: set[int] = set(columns.ids if live is None else [columns.ids[i] for i in live])
         for entry in entries.values():
             if type(entry) is _TensorFacts:
                 reachable.add(entry.id)
@@ -1386,15 +1541,23 @@ class Inventory:
     def subset(self, names: Iterable[str]) -> Inventory:
         """The inventory of just these top-level names (what a cell read or created)."""
         wanted = set(names)
+        state = self._state
         entries = {name: e for name, e in self._entries.items() if name in wanted}
+        keys = [name for name in state.keys if name in wanted]
+        columns = state.columns
+        dropped = state.dropped
+        if columns is not None and len(columns):
+            dropped = dropped | frozenset(n for n in columns.names if n not in wanted)
         return Inventory(
             entries,
-            [],
+            keys,
             [],
             set(),
             torch_imported=self.torch_imported,
             torch=self._torch,
             record_cache=self._record_cache,
+            columns=columns,
+            dropped=dropped,
         )
 
     def mixed_warnings(self) -> list[str]:
