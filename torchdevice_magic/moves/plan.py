@@ -223,7 +223,9 @@ class Plan:
         #: id(immutable container) -> (container, kind, [(key, old child)]) to rebuild it with
         self.rebuilds: dict[int, tuple[Any, str, list[tuple[Any, Any]]]] = {}
         self._slots: set[tuple[int, Any]] = set()  # (id(holder), key) already planned
-        self.T = objects.TorchTypes.current()
+        T = objects.TorchTypes.current()
+        assert T is not None  # torch is imported above
+        self.T: objects.TorchTypes = T
         self._walks: dict[int, tuple[list[Reached], Any]] = {}
         self.optimizers: set[int] = set()
         self.devstr: dict[Any, str] = {}
@@ -504,8 +506,8 @@ class Plan:
                         follow = p.device
                     for path, chain, value in self._state_tensors(entry):
                         dev = value.device
-                        original[(index, *path)] = dev
-                        want = None if layout is None else layout.get((index, *path))
+                        original[(index,) + tuple(path)] = dev
+                        want = None if layout is None else layout.get((index,) + tuple(path))
                         if want is None:
                             if path == ("step",) and not step_follows:
                                 continue
@@ -563,7 +565,7 @@ class Plan:
         if layout is None:
             whole = dest
 
-            def target(_path: tuple[Any, ...], _t: Any) -> Any:
+            def target(path: tuple[Any, ...], t: Any) -> Any:
                 return whole
         else:
 

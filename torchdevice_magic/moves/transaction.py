@@ -68,7 +68,8 @@ def _inner(t: Any) -> Any:
 
     try:
         if t.untyped_storage().nbytes() == 0 and t.numel() and t.device.type != "meta":
-            inner = objects.inner_tensors(objects.TorchTypes.current(), t)
+            T = objects.TorchTypes.current()
+            inner = objects.inner_tensors(T, t) if T is not None else []
             if len(inner) == 1:
                 return inner[0]
     except Exception:
@@ -528,7 +529,8 @@ class Copier:
     def to(self, t: Any, dest: Any) -> Any:
         if dest.type != "cuda":
             return t.to(dest)
-        if self.stage and not t.requires_grad:
+        # (Module._apply hands over Parameters under no_grad: their copies carry no graph)
+        if self.stage and (not t.requires_grad or not self.torch.is_grad_enabled()):
             stager = self.stagers.get(dest)
             if stager is None:
                 stager = self.stagers[dest] = _Stager(self.torch, dest)
@@ -635,7 +637,7 @@ def _fast_items(plan: Plan, fs: FastSet) -> Iterable[MovedItem]:
         repeat(plan.dstr(fs.dest)),
         strict=False,  # repeat() is endless
     )
-    return map(tuple.__new__, repeat(MovedItem), fields)  # type: ignore[arg-type]
+    return map(tuple.__new__, repeat(MovedItem), fields)
 
 
 def _resolve(plan: Plan, old: Any, new_of: dict[int, Any], memo: dict[int, Any]) -> Any:
@@ -727,14 +729,13 @@ def _run(plan: Plan, state: _RunState, report: _Progress | None, need: dict[Any,
     for fs in plan.fast_sets:
         if plain_dict:
             state.fast_done.append((fs, len(fs.names)))
-            ns.update(zip(fs.names, fs.news, strict=True))  # type: ignore[attr-defined]
+            ns.update(zip(fs.names, fs.news, strict=True))
         else:
-            done = [fs, 0]
-            state.fast_done.append(done)  # type: ignore[arg-type]
-            for name, new in zip(fs.names, fs.news, strict=True):
+            state.fast_done.append((fs, 0))
+            for count, (name, new) in enumerate(zip(fs.names, fs.news, strict=True), 1):
                 state.current = name
                 ns[name] = new
-                done[1] += 1
+                state.fast_done[-1] = (fs, count)
     state.current = ""
     if report is not None:
         report.finish()

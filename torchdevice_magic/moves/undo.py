@@ -124,9 +124,9 @@ def undo(record: UndoRecord, progress: ProgressCallback | None) -> MoveResult:
             optimizers.append((entry, obj))
     tensor_type = plan.types[0]
     missing = object()
-    for names, ids, devices in record.fast:
-        targets.update(str(d) for d in set(devices))
-        for name, oid, dev in zip(names, ids, devices, strict=True):
+    for names, ids, fast_devices in record.fast:
+        targets.update(str(d) for d in set(fast_devices))
+        for name, oid, dev in zip(names, ids, fast_devices, strict=True):
             obj = ns.get(name, missing)
             if id(obj) != oid:
                 plan.skipped.append((name, f"{name} was rebound since the move; left as it is"))
