@@ -583,3 +583,24 @@ def test_property_scan_and_move_agree_and_undo_is_exact(simulated_device: str) -
         assert torchdevice_magic.scan(ns).totals() == totals
 
     check()
+
+
+def test_a_named_model_takes_an_optimizer_kept_in_an_attribute_along() -> None:
+    ns = reach_namespace()
+    trainer = ns["trainer"]
+    ns["model"] = trainer.model
+    result = move(ns, "meta", names=["model"])
+    assert result.ok and {i.name for i in result.moved} == {"model", "trainer.optimizer"}
+    for p in trainer.model.parameters():
+        assert trainer.optimizer.state[p]["exp_avg"].device.type == "meta"
+    assert trainer.mask.device.type == "cpu"  # not named, not moved
+
+
+def test_move_all_leaves_only_the_unmovable_part_of_a_container() -> None:
+    batch = {"x": torch.ones(2), "ghost": torch.ones(2, device="meta")}
+    ns = {"batch": batch}
+    result = move(ns, "cpu")
+    assert result.ok and not result.moved  # x already on cpu; the meta part stays, said why
+    assert "has no data" in dict(result.skipped)["batch"]
+    with pytest.raises(MoveError, match="has no data"):
+        move(ns, "cpu", names=["batch"])

@@ -540,6 +540,14 @@ class Plan:
             )
         )
 
+    def _skip_part(self, name: str, error: Refused) -> None:
+        """A part of ``name`` that cannot move (meta data, an accelerate-dispatched model):
+        "Move all" leaves that part where it is and moves the rest, as the table marks only
+        that part unmovable; named explicitly, the whole move is refused."""
+        if self.explicit:
+            raise MoveError(str(error))
+        self.skipped.append((name, str(error)))
+
     def _state_tensors(self, entry: dict[Any, Any]) -> Iterable[tuple[Any, Any, Any]]:
         """(path, chain, tensor) of one parameter's optimizer state: tensors, and tensors in
         lists and other containers (LBFGS keeps ``old_dirs``, ``old_stps``, ``ro``, ``al``)."""
@@ -584,6 +592,7 @@ class Plan:
         wants: set[Any] = set()
         leaves: list[tuple[tuple[Any, ...], Any, Any]] = []
         planned: list[tuple[Reached, Any]] = []
+        skipped_before = len(self.skipped)
         modules: list[Reached] = []
         optimizers: list[Reached] = []
         tensors = 0
@@ -601,19 +610,30 @@ class Plan:
             want = target(r.path, t)
             if want is None or dev == want:
                 continue
-            self._check_meta_source(name, dev, want, f"{r.label}")
+            try:
+                self._check_meta_source(name, dev, want, r.label)
+            except Refused as e:
+                self._skip_part(name, e)  # (named explicitly: the whole move is refused)
+                continue
             planned.append((r, want))
             leaves.append((r.path, t, dev))
         nested: list[Item] = []
         if dest is not None:  # undo finds nested modules and optimizers on its own
             for r in modules:
-                item = self.add_module(r.label, r.value, dest, None, listed=False)
+                try:
+                    item = self.add_module(r.label, r.value, dest, None, listed=False)
+                except Refused as e:
+                    self._skip_part(name, e)
+                    continue
                 if item is not None:
                     nested.append(item)
                     devices.update(self.torch.device(d) for d in item.from_devices)
             for r in optimizers:
                 before = len(self.items)
-                self.add_optimizer(r.label, r.value, None, listed=False)
+                try:
+                    self.add_optimizer(r.label, r.value, None, listed=False)
+                except Refused as e:
+                    self._skip_part(name, e)
                 nested.extend(self.items[before:])
         wants.update(w for _r, w in planned)
         for item in nested:
@@ -621,6 +641,8 @@ class Plan:
         if not planned and not nested:
             if not found:
                 self.skip_or_refuse(name, f"{name} holds no tensors")
+            elif len(self.skipped) > skipped_before:
+                pass  # what stays was said (a part that cannot move); the rest is there
             else:
                 where = self.dstr(dest) if dest is not None else "its original devices"
                 self.skipped.append((name, f"already on {where}"))
@@ -653,11 +675,16 @@ class Plan:
         if not self.param_dest:
             return
         optim_type = self.types[2]
-        candidates = [
-            (name, value)
-            for name, value in list(self.ns.items())
-            if isinstance(name, str) and issubclass(type(value), optim_type)
-        ]
+        candidates = []
+        for name, value in list(self.ns.items()):
+            if not isinstance(name, str) or is_ipython_bookkeeping(name):
+                continue
+            if issubclass(type(value), optim_type):
+                candidates.append((name, value))
+            elif objects.kind_of(self.T, value) in objects.COMPOSITES:
+                # an optimizer kept in an attribute or a container (trainer.optimizer)
+                found, _walked = self.reach(name, value)
+                candidates.extend((r.label, r.value) for r in found if r.kind == Kind.OPTIMIZER)
         candidates.extend(extra)
         for name, value in candidates:
             if id(value) in self.optimizers:

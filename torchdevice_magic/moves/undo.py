@@ -86,7 +86,11 @@ class UndoRecord:
                 layout = item.layout
             else:
                 obj, layout = item.obj, item.layout
-            self.entries.append(UndoEntry(item.name, kind, obj, layout, item.listed))
+            # bound to its name (else found inside a container, as a follower or a part)
+            top = item.listed and (
+                kind not in ("module", "optimizer") or namespace.get(item.name) is obj
+            )
+            self.entries.append(UndoEntry(item.name, kind, obj, layout, top))
         # bulk tensors: (names, ids of the new tensors, devices they came from)
         self.fast = [(fs.names, list(map(id, fs.news)), fs.devices) for fs in fast_sets]
 
