@@ -604,3 +604,69 @@ def test_move_all_leaves_only_the_unmovable_part_of_a_container() -> None:
     assert "has no data" in dict(result.skipped)["batch"]
     with pytest.raises(MoveError, match="has no data"):
         move(ns, "cpu", names=["batch"])
+
+
+class _FakeEvent:
+    log: list[str] = []
+
+    def record(self, stream: Any) -> None:
+        self.log.append("record")
+
+    def synchronize(self) -> None:
+        self.log.append("synchronize")
+
+
+def test_pinned_staging_packs_tensors_through_a_ring_of_buffers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The staging arithmetic (alignment, buffer switches, waits, dtype views), run on the CPU
+    with pageable buffers and fake events; the real thing is checked on CUDA below."""
+    from torchdevice_magic.moves import transaction
+
+    class CpuStager(transaction._Stager):
+        CHUNK = 1024
+
+    real_empty = torch.empty
+
+    def empty(*args: Any, pin_memory: bool = False, **kwargs: Any) -> torch.Tensor:
+        return real_empty(*args, **kwargs)  # pageable stands in for pinned
+
+    monkeypatch.setattr(torch, "empty", empty)
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    _FakeEvent.log = []
+    stager = CpuStager(torch, torch.device("cpu"))
+    sources = [
+        torch.randn(7),
+        torch.arange(30, dtype=torch.int64),
+        torch.tensor([True, False, True]),
+        torch.randn(2, 3).half(),
+        torch.tensor(3.5),
+        torch.randn(100),
+        torch.randn(60),
+        torch.randn(200),
+        torch.randn(200),
+    ]
+    assert all(stager.eligible(t) for t in sources)
+    assert not stager.eligible(torch.randn(300))  # bigger than a buffer: copied directly
+    assert not stager.eligible(torch.randn(4, 4).t())  # not contiguous
+    copies = [stager.to(t) for t in sources]
+    for source, copy in zip(sources, copies, strict=True):
+        assert copy.dtype == source.dtype and copy.shape == source.shape
+        assert torch.equal(copy, source) and copy.untyped_storage() is not None
+        assert copy.data_ptr() != source.data_ptr()
+    assert len(stager.bufs) == 2  # the ring, reused
+    assert _FakeEvent.log.count("record") >= 2 and "synchronize" in _FakeEvent.log
+
+
+def test_staging_falls_back_to_plain_copies_without_pinned_memory() -> None:
+    from torchdevice_magic.moves import transaction
+
+    copier = transaction.Copier(torch)
+    stager = transaction._Stager(torch, torch.device("cpu"))
+    copier.stagers[torch.device("cpu")] = stager
+    if torch.cuda.is_available():
+        pytest.skip("pinned memory exists here")
+    with pytest.raises(transaction._NoPinnedMemory):
+        stager.to(torch.ones(3))  # a CPU-only build has no pinned memory
+    assert not stager.usable and not stager.eligible(torch.ones(3))

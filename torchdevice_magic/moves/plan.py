@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from .. import objects
 from ..objects import Kind
-from ..scanner import is_ipython_bookkeeping
+from ..scanner import IPYTHON_NAMES, is_ipython_bookkeeping
 from ..units import device_sort_key
 from .result import MoveError, reason
 from .transaction import FastSet, ModuleJob, ParamRecord, storage, tensor_nbytes
@@ -887,11 +887,12 @@ def plan_move(namespace: MutableMapping[str, Any], dest: Any, names: Iterable[st
     else:
         items = namespace.items()
         # Plain tensors are the bulk of a big namespace: picked out with comprehensions.
-        fast_names = [
-            n
-            for n, v in items
-            if type(v) is tensor_type and type(n) is str and not is_ipython_bookkeeping(n)
-        ]
+        fast_names = [n for n, v in items if type(v) is tensor_type and type(n) is str]
+        # (IPython's names start with "_" or are a few fixed ones: checked only for those)
+        odd = [n for n in fast_names if n[:1] == "_" or n in IPYTHON_NAMES]
+        if odd:
+            hidden = {n for n in odd if is_ipython_bookkeeping(n)}
+            fast_names = [n for n in fast_names if n not in hidden]
         if fast_names:
             plan.fast[dest] = (fast_names, list(map(namespace.__getitem__, fast_names)))
         for name, value in [(n, v) for n, v in items if type(v) is not tensor_type]:

@@ -472,13 +472,14 @@ class _Stager:
         self.events: list[Any] = []
         self.cur = -1
         self.off = self.CHUNK  # forces a buffer on first use
-        self.size = self.CHUNK
+        self.usable = True  # False once pinned memory could not be had: plain copies then
 
     def eligible(self, t: Any) -> bool:
         torch = self.torch
         try:
             return (
-                t.device.type == "cpu"
+                self.usable
+                and t.device.type == "cpu"
                 and t.layout == torch.strided
                 and not t.is_quantized
                 and type(t) in (torch.Tensor, torch.nn.Parameter)
@@ -496,7 +497,12 @@ class _Stager:
             self.events[self.cur] = event
         self.cur = (self.cur + 1) % self.RING
         if self.cur >= len(self.bufs):
-            self.bufs.append(torch.empty(self.CHUNK, dtype=torch.uint8, pin_memory=True))
+            try:
+                buffer = torch.empty(self.CHUNK, dtype=torch.uint8, pin_memory=True)
+            except RuntimeError:  # no pinned memory here (limits, containers): plain copies
+                self.usable = False
+                raise _NoPinnedMemory from None
+            self.bufs.append(buffer)
             self.events.append(None)
         elif self.events[self.cur] is not None:
             self.events[self.cur].synchronize()  # its copies are done: the buffer is free
@@ -535,8 +541,15 @@ class Copier:
             if stager is None:
                 stager = self.stagers[dest] = _Stager(self.torch, dest)
             if stager.eligible(t):
-                return stager.to(t)
+                try:
+                    return stager.to(t)
+                except _NoPinnedMemory:
+                    pass
         return t.to(dest, non_blocking=True)
+
+
+class _NoPinnedMemory(Exception):
+    """Pinned staging memory could not be allocated (the copy goes the plain way)."""
 
 
 # --------------------------------------------------------------------------------------------
