@@ -70,6 +70,10 @@ def bench_meta(n: int, repeats: int) -> None:
         f"{n} tensors, medians of {repeats}; median of per-round ratios "
         f"{statistics.median(ratios):.2f}; target <= 1.3)"
     )
+    print(
+        f"move_overhead_ratio_of_minimums: {min(move_times) / min(loop_times):.2f}  (fastest "
+        "round of each: less sensitive to other processes on a shared machine)"
+    )
     print(f"meta_move_per_tensor_us: {m * 1000 / n:.2f}  (plain loop {p * 1000 / n:.2f})")
 
 
