@@ -194,7 +194,7 @@ def test_hook_never_raises_into_the_session(ip, monkeypatch, caplog):
     def broken(*args, **kwargs):
         raise RuntimeError("scan exploded")
 
-    monkeypatch.setattr(session_module, "scan", broken)
+    monkeypatch.setattr(session_module.Scanner, "scan", broken)
     run(ip, "import torch")
     for _ in range(3):
         result, _, _ = run(ip, "a = torch.ones(2)")
@@ -302,7 +302,7 @@ def test_devicecheck_to_moves_what_the_cell_reads_before_running_it(ip):
         ("--bogus", "unrecognized arguments: --bogus"),
         ("-d cdua", "-d cdua:"),
         ("-d cuda:7", "-d cuda:7:"),
-        ("--to cuda", "--to cuda: CUDA is not available"),
+        ("--to cuda", "--to cuda: cuda is not available in this kernel"),
         ("-d cuda:0:1", "-d cuda:0:1:"),
     ],
 )
@@ -329,7 +329,7 @@ def test_devicecheck_has_real_help(ip):
 def test_devices_shows_the_table_and_returns_a_frame(ip):
     run(ip, "import torch\nbig = torch.ones(1000)\nsmall = torch.ones(3)")
     _, _, shown = run(ip, "%devices")
-    assert "Devices (as of [" in shown and "— cpu: 3.9 KiB" in shown and "big" in shown
+    assert "— cpu: 3.9 KiB" in shown and "big" in shown
     frame = ip.run_line_magic("devices", "-o")
     assert set(frame["name"]) >= {"big", "small"}
     assert int(frame.loc[frame["name"] == "big", "bytes"].iloc[0]) == 4000

@@ -30,7 +30,7 @@ from ipywidgets.widgets.widget_bool import CheckboxStyle
 from ipywidgets.widgets.widget_string import HTMLStyle
 
 from . import viewmodel
-from .inventory import scan
+from .scanner import scan
 from .units import format_bytes
 from .viewmodel import Action, Header, LiveWindow, Row, WindowSpec
 
