@@ -478,7 +478,11 @@ def test_widget_columns_are_not_clipped_at_three_widths(lab):
             page.wait_for_timeout(300)
             problems = page.evaluate(
                 CLIPPED_JS,
-                ["#tdm-widget-output", ".tdm-cell-name, .tdm-cell-size, .tdm-cell-grad", "#tdm-widget-output"],
+                [
+                    "#tdm-widget-output",
+                    ".tdm-cell-name, .tdm-cell-size, .tdm-cell-grad",
+                    "#tdm-widget-output",
+                ],
             )
             if problems:
                 chain = page.evaluate(
