@@ -221,3 +221,20 @@ def test_every_sort_key_is_total(sort: str) -> None:
     inv = scan({"a": torch.ones(2), "b": torch.nn.Linear(2, 2), "c": [torch.ones(1)]})
     keys = [vm.sort_key(r, sort) for r in inv.records]
     assert len(set(keys)) == len(keys)
+
+
+@settings(max_examples=60, deadline=None)
+@given(target=st.sampled_from(["cpu", "meta", "cuda", "cuda:0", "simdev:0"]))
+def test_the_tally_counts_exactly_the_rows_whose_button_is_enabled(target) -> None:
+    model = torch.nn.Linear(2, 2)
+    namespace = {
+        "x": torch.ones(3),
+        "m": torch.empty(4, device="meta"),
+        "model": model,
+        "opt": torch.optim.Adam(model.parameters()),
+        "batch": {"a": torch.ones(2), "b": torch.empty(2, device="meta")},
+        "Out": {3: torch.ones(5)},
+    }
+    records = scan(namespace, include_hidden=True).records
+    enabled = sum(vm.row_action(r, target).enabled for r in records)
+    assert vm.tally(records, target).actionable == enabled

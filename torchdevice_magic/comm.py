@@ -104,10 +104,9 @@ class SidebarChannel:
         """A whole window and header (on open, on a ``window`` request, on ``refresh``)."""
         session = self.session
         inventory = session.current_inventory()
-        header = session.header(subscriber.target)
         records = inventory.records if inventory.torch_imported else []
         spec = spec or subscriber.live.spec
-        subscriber.live.reset(records, spec, header.target)
+        subscriber.live.reset(records, spec, session.choose_target(subscriber.target))
         header = session.header(subscriber.target, counts=subscriber.live.counts)
         subscriber.header = header.to_wire()
         subscriber.actions = session.actions

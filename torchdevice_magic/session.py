@@ -135,6 +135,10 @@ class DeviceSession:
             for device, enabled, reason in available_devices(self.config.allow_meta_target)
         ]
 
+    def choose_target(self, wanted: str | None = None) -> str | None:
+        """The target a view shows: ``wanted`` while it is enabled, else the default."""
+        return viewmodel.choose_target(self.targets(), wanted, self.default_target())
+
     def header(
         self,
         target: str | None = None,

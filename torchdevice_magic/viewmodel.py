@@ -60,8 +60,9 @@ def natural_key(name: str) -> tuple:
     """``x2`` before ``x10``; case-insensitive, then the exact spelling to break ties."""
     key = _natural_cache.get(name)
     if key is None:
-        parts = _DIGITS.split(name.lower())
-        key = (tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), name)
+        parts: list[Any] = _DIGITS.split(name.lower())
+        parts[1::2] = map(int, parts[1::2])  # split() puts the digit runs at odd places
+        key = (tuple(parts), name)
         if len(_natural_cache) > 500_000:
             _natural_cache.clear()
         _natural_cache[name] = key
@@ -321,6 +322,7 @@ class Tally:
 
     def add(self, records: Iterable[Any], sign: int = 1) -> None:
         target = self.target
+        can_move = _mover(target) if target else None
         for record in records:
             self.rows += sign
             if record.hidden:
@@ -331,8 +333,28 @@ class Tally:
                     self.optim += sign * record.bytes
             if record.shares_with:
                 self.shared += sign
-            if target and row_action(record, target).enabled:
+            if can_move is not None and can_move(record):
                 self.actionable += sign
+
+
+def _mover(target: str) -> Any:
+    """A fast ``row_action(record, target).enabled`` (no text): the tally runs it on every
+    record when a sidebar opens on 100,000 objects. Kept equal to row_action by a test."""
+    target = target.strip()
+    full = target if ":" in target or target in ("cpu", "meta") else target + ":0"
+
+    def same(device: str) -> bool:
+        return device in (target, full) or (":" not in device and device + ":0" == full)
+
+    def can_move(record: Any) -> bool:
+        if record.hidden or not record.movable:
+            return False
+        devices = record.devices
+        if not devices:  # also an optimizer with no state yet
+            return False
+        return not all(map(same, devices))
+
+    return can_move
 
 
 def tally(records: Iterable[Any], target: str | None) -> Tally:

@@ -375,10 +375,10 @@ class DeviceTable(widgets.VBox):
         self._inventory = inventory
         records = inventory.records if inventory.torch_imported else []
         wanted = self.target_dropdown.value
-        header = self.session.header(wanted, inventory=inventory)
+        target = self.session.choose_target(wanted)
         live = self._window
-        if reset or live.window is None or live.target != header.target:
-            live.reset(records, self._spec(), header.target)
+        if reset or live.window is None or live.target != target:
+            live.reset(records, self._spec(), target)
         else:
             live.update(records)
         self._header = self.session.header(wanted, inventory=inventory, counts=live.counts)
@@ -399,8 +399,8 @@ class DeviceTable(widgets.VBox):
         """Sort, filter, page or target changed: a fresh window of the same namespace."""
         inventory = self._inventory
         records = inventory.records if inventory is not None and inventory.torch_imported else []
-        self._header = self.session.header(self.target_dropdown.value, inventory=inventory)
-        self._window.reset(records, self._spec(), self._header.target)
+        target = self.session.choose_target(self.target_dropdown.value)
+        self._window.reset(records, self._spec(), target)
         self._header = self.session.header(
             self.target_dropdown.value, inventory=inventory, counts=self._window.counts
         )
