@@ -67,6 +67,31 @@ def measure(shell, n: int, rounds: int) -> dict[str, float]:
         shell.run_cell(cell, store_history=False)
         return time.perf_counter() - start
 
+    inventory_s: list[float] = []
+    view_s: list[float] = []
+
+    def split_push(session) -> None:
+        """Time the sidebar's part of a cell in two: the Inventory's own public API (records,
+        totals: the scanner's cost) and the view model + message (this lane's cost)."""
+        original = session.channel.push
+
+        def push(s) -> None:
+            if not s.channel.comms:  # the hook-only rounds: no sidebar, nothing to time
+                return
+            start = time.perf_counter()
+            inventory = s.current_inventory()
+            inventory.records  # noqa: B018 - cached on the inventory: push reuses them
+            inventory.device_totals()
+            inventory.mixed_warnings()
+            middle = time.perf_counter()
+            original(s)
+            inventory_s.append(middle - start)
+            view_s.append(time.perf_counter() - middle)
+
+        session.remove_listener(original)
+        session.channel.push = push  # _attach/_detach now add and remove the wrapper
+        session.add_listener(push)
+
     shell.run_line_magic("load_ext", "torchdevice_magic")
     session = get_session(shell)
     session.full_scan()
@@ -97,7 +122,10 @@ def measure(shell, n: int, rounds: int) -> dict[str, float]:
             session.full_scan()
             comm = FakeComm()
             session.channel._on_open(comm, {})
+            split_push(session)
             run()  # the first cell after loading scans everything: not what we measure
+            inventory_s.pop()
+            view_s.pop()
     finally:
         gc.enable()
     shell.run_line_magic("unload_ext", "torchdevice_magic")
@@ -109,6 +137,8 @@ def measure(shell, n: int, rounds: int) -> dict[str, float]:
         "hook_ms": (_median(hook_only) - base) * 1e3,
         "sidebar_ms": (_median(with_ext) - _median(hook_only)) * 1e3,
         "bytes": _median(sent),
+        "inventory_ms": _median(inventory_s) * 1e3 if inventory_s else float("nan"),
+        "view_ms": _median(view_s) * 1e3 if view_s else float("nan"),
         "open_ms": open_s * 1e3,
         "open_bytes": open_bytes,
     }
@@ -120,6 +150,7 @@ def main(sizes: list[int]) -> None:
     print(
         f"{'N':>8} {'cell w/o ext':>13} {'added/cell':>11} {'(hook':>8} {'+ sidebar)':>11}"
         f" {'sent/cell':>10} {'open sidebar':>13} {'first window':>13}"
+        f"   sidebar split: {'Inventory API':>13} {'view+msg':>9}"
     )
     for n in sizes:
         rounds = 15 if n <= 20_000 else 7
@@ -127,7 +158,8 @@ def main(sizes: list[int]) -> None:
         print(
             f"{n:>8,} {r['cell_ms']:>10.2f} ms {r['added_ms']:>8.2f} ms {r['hook_ms']:>5.2f} ms"
             f" {r['sidebar_ms']:>8.2f} ms {r['bytes'] / 1000:>7.2f} kB {r['open_ms']:>10.1f} ms"
-            f" {r['open_bytes'] / 1000:>9.1f} kB",
+            f" {r['open_bytes'] / 1000:>9.1f} kB"
+            f"                  {r['inventory_ms']:>10.2f} ms {r['view_ms']:>6.2f} ms",
             flush=True,
         )
 
