@@ -332,3 +332,29 @@ def test_unload_tells_the_sidebar_once(channel, shell):
     shell.run_line_magic("unload_ext", "torchdevice_magic")
     assert kinds(fake.sent) == ["unloaded"]
     protocol.check_message(fake.sent[0])
+
+
+def test_another_part_adds_a_message_type_in_one_row(channel, shell, monkeypatch):
+    """A request and a kernel message added to protocol.MESSAGES (as a rerun or a memory
+    timeline would be) are checked, served and sent without touching comm.py."""
+    session, fake = channel
+    monkeypatch.setitem(
+        protocol.MESSAGES,
+        "echo",
+        {"from": "frontend", "fields": {"request_id": "str", "text": "str"}},
+    )
+    monkeypatch.setitem(protocol.MESSAGES, "echoed", {"from": "kernel", "fields": {"text": "str"}})
+
+    def echo(request):
+        session.channel.broadcast("echoed", text=request.fields["text"].upper())
+        return True, "echoed", None
+
+    session.channel.add_handler("echo", echo)
+    fake.sent.clear()
+    fake.handler({"content": {"data": {"type": "echo", "request_id": "e1", "text": "hi"}}})
+    assert kinds(fake.sent) == ["echoed", "reply"]
+    for message in fake.sent:
+        protocol.check_message(message)
+    assert fake.sent[0]["text"] == "HI"
+    replies, _ = fake.request({"type": "echo", "request_id": "e2", "text": 3})
+    assert not replies[0]["ok"] and "must be a string" in replies[0]["message"]

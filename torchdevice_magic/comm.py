@@ -38,6 +38,20 @@ class SidebarChannel:
         self.session = session
         self.comms: dict[str, _Subscriber] = {}
         self._registered = False
+        #: request type -> handler(request) -> (ok, message, outcome): request types other
+        #: parts add to protocol.MESSAGES (e.g. a rerun), without touching this class
+        self.handlers: dict[str, Any] = {}
+
+    def add_handler(self, kind: str, handler: Any) -> None:
+        """Serve the request type ``kind`` (a row of ``protocol.MESSAGES`` from the frontend)."""
+        self.handlers[kind] = handler
+
+    def broadcast(self, kind: str, **fields: Any) -> None:
+        """Send every open sidebar a message of type ``kind`` (a row of ``protocol.MESSAGES``
+        from the kernel, e.g. a memory timeline), numbered in each comm's sequence."""
+        for subscriber in list(self.comms.values()):
+            subscriber.seq += 1
+            self._send(subscriber, protocol.envelope(kind, seq=subscriber.seq, **fields))
 
     # -- lifecycle ---------------------------------------------------------------------------
     def register(self) -> None:
@@ -202,7 +216,8 @@ class SidebarChannel:
             self._send(subscriber, self._view(subscriber, request.spec))
             return
         try:
-            ok, text, outcome = self.answer(request)
+            handler = self.handlers.get(request.type)
+            ok, text, outcome = handler(request) if handler else self.answer(request)
         except Exception as error:  # never a traceback in the sidebar
             log.exception("torchdevice_magic: handling a sidebar request failed")
             ok, text, outcome = False, f"{type(error).__name__}: {error}", None

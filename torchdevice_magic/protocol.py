@@ -136,7 +136,13 @@ MESSAGES: dict[str, dict[str, Any]] = {
     "undo": {"from": "frontend", "fields": {"request_id": "str"}},
 }
 
-REQUEST_TYPES = tuple(name for name, m in MESSAGES.items() if m["from"] == "frontend")
+
+def request_types() -> tuple[str, ...]:
+    """The request types (read from the table each time: other parts add rows)."""
+    return tuple(name for name, m in MESSAGES.items() if m["from"] == "frontend")
+
+
+REQUEST_TYPES = request_types()
 
 
 class ProtocolError(ValueError):
@@ -233,6 +239,8 @@ class Request:
     device: str | None = None
     names: tuple[str, ...] | None = None
     spec: WindowSpec | None = None
+    #: the checked fields of a request type added by another part (see comm.add_handler)
+    fields: dict[str, Any] | None = None
 
 
 def _short(value: Any, field: str) -> None:
@@ -245,10 +253,9 @@ def parse_request(message: Any) -> Request:
     if not isinstance(message, dict):
         raise ProtocolError(f"a request must be a JSON object, got {type(message).__name__}")
     kind = message.get("type")
-    if kind not in REQUEST_TYPES:
-        raise ProtocolError(
-            f"unknown request type {kind!r}; expected one of {', '.join(REQUEST_TYPES)}"
-        )
+    types = request_types()
+    if kind not in types:
+        raise ProtocolError(f"unknown request type {kind!r}; expected one of {', '.join(types)}")
     message = dict(message)
     message.setdefault("request_id", "")
     check_message(message)
@@ -271,8 +278,11 @@ def parse_request(message: Any) -> Request:
             target=raw.get("target"),
         )
         return Request(type=kind, request_id=request_id, spec=spec)
-    if kind != "move":
+    if kind in ("refresh", "undo"):
         return Request(type=kind, request_id=request_id)
+    if kind != "move":  # a request type another part added to MESSAGES: checked above
+        extra = {k: v for k, v in message.items() if k in MESSAGES[kind]["fields"]}
+        return Request(type=kind, request_id=request_id, fields=extra)
     device = message["device"]
     _short(device, "device")
     if not device.strip():

@@ -125,6 +125,26 @@ export class DeviceConnection {
   /** How many whole views and deltas came on this connection (browser tests read them). */
   readonly received = { view: 0, delta: 0 };
 
+  /**
+   * Every checked message from the kernel, whatever its type: parts that add a
+   * message type to protocol.py (a timeline, a rerun) listen here.
+   */
+  get messageReceived(): ISignal<this, FromKernel> {
+    return this._messageReceived;
+  }
+
+  /** Send a request of a type another part added to protocol.py; its reply ends it. */
+  send(type: string, fields: Record<string, unknown>): string | null {
+    const request = {
+      protocol: PROTOCOL_NAME,
+      version: PROTOCOL_VERSION,
+      type,
+      request_id: this._nextId(),
+      ...fields
+    } as unknown as Request;
+    return this._request(request, null);
+  }
+
   /** Emitted whenever anything the panel shows has changed. */
   get changed(): ISignal<this, void> {
     return this._changed;
@@ -524,6 +544,7 @@ export class DeviceConnection {
       return;
     }
     const message = data as FromKernel;
+    this._messageReceived.emit(message);
     switch (message.type) {
       case 'view':
         this.received.view += 1;
@@ -690,6 +711,7 @@ export class DeviceConnection {
   private _clientId: string;
   private _isDisposed = false;
   private _changed = new Signal<this, void>(this);
+  private _messageReceived = new Signal<this, FromKernel>(this);
 }
 
 function describeError(error: unknown): string {

@@ -351,3 +351,29 @@ describe('states', () => {
     expect(notice(h.panel)).toBe('The kernel is restarting…');
   });
 });
+
+describe('extension points for other message types', () => {
+  it('every checked message is announced; send() puts a request on the comm', async () => {
+    const h = await harness();
+    const seen: string[] = [];
+    h.connection.messageReceived.connect((_, message) => {
+      seen.push(message.type);
+    });
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 2,
+      type: 'unloaded',
+      seq: 9,
+      message: 'gone'
+    });
+    expect(seen).toEqual(['unloaded']);
+    const h2 = await harness();
+    const id = h2.connection.send('refresh', {});
+    expect(id).not.toBeNull();
+    expect(h2.comm.sent[h2.comm.sent.length - 1]).toMatchObject({
+      type: 'refresh',
+      request_id: id,
+      version: 2
+    });
+  });
+});
