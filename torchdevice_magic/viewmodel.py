@@ -273,10 +273,29 @@ class DeviceBar:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class _CpuTotal:
+    device: str
+    bytes: int
+    capacity: None = None
+    allocated: None = None
+    reserved: None = None
+
+    @property
+    def would_need_bytes(self) -> int:
+        return self.bytes
+
+
 def device_bars(inventory: Any) -> list[DeviceBar]:
     if not inventory.torch_imported:
         return []
-    rows = inventory.device_totals()
+    totals = inventory.totals()  # cached on the inventory
+    if all(device == "cpu" for device in totals):
+        # nothing on meta (what it would need) or an accelerator (allocator figures): the
+        # totals say it all, without another pass over every storage
+        rows = [_CpuTotal(device, nbytes) for device, nbytes in totals.items()]
+    else:
+        rows = inventory.device_totals()
     relative = [t.bytes for t in rows if t.capacity is None and t.device != "meta"]
     largest = max(relative, default=0) or 1
     bars = []
@@ -650,7 +669,10 @@ class Delta:
 
 def diff_windows(before: Window, after: Window) -> Delta:
     old = {row.key: row for row in before.rows}
-    upsert = tuple(row for row in after.rows if old.get(row.key) != row)
+    # rows of unchanged records are the same objects: identity first, equality only if not
+    upsert = tuple(
+        row for row in after.rows if (same := old.get(row.key)) is not row and same != row
+    )
     keys = tuple(row.key for row in after.rows)
     kept = set(keys)
     remove = tuple(key for key in old if key not in kept)
@@ -749,7 +771,9 @@ class LiveWindow:
             self.reset(records)
             return None
         old = self._records
-        new = list(records)
+        new = records if isinstance(records, list) else list(records)  # an Inventory's: kept
+        if old is new:
+            return None
         if len(old) == len(new):
             changed = list(compress(range(len(new)), map(is_not, old, new)))
             if not changed:
