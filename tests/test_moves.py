@@ -670,3 +670,13 @@ def test_staging_falls_back_to_plain_copies_without_pinned_memory() -> None:
     with pytest.raises(transaction._NoPinnedMemory):
         stager.to(torch.ones(3))  # a CPU-only build has no pinned memory
     assert not stager.usable and not stager.eligible(torch.ones(3))
+
+
+def test_still_held_counts_only_what_others_keep_of_moved_container_tensors() -> None:
+    kept = torch.zeros(100)
+    elsewhere = [kept]  # not part of the move
+    ns = {"batch": {"x": kept, "y": torch.zeros(50)}, "obj": Holder()}
+    ns["obj"].t = torch.zeros(25)
+    result = move(ns, "meta")
+    assert result.ok and result.still_held_bytes == 400
+    assert elsewhere[0].device.type == "cpu" and ns["batch"]["x"].device.type == "meta"

@@ -294,6 +294,10 @@ class Plan:
                 entry[2].append((key, old))
             old = holder
 
+    def clear_walks(self) -> None:
+        """Forget what the walks found (they hold the old tensors)."""
+        self._walks = {}
+
     def reach(self, name: str, value: Any) -> tuple[list[Reached], Any]:
         cached = self._walks.get(id(value))
         if cached is None or cached[1] is None:

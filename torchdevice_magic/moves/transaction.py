@@ -622,6 +622,7 @@ def execute(
     plan.param_records = {}
     plan.writes = []
     plan.rebuilds = {}
+    plan.clear_walks()
     fast_held = [(fs.storages, fs.keys) for fs in plan.fast_sets]
     plan.fast_sets = []
     still_held = _still_held(held, fast_held)
