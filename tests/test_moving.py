@@ -565,7 +565,7 @@ def test_every_tensor_to_failure_leaves_the_namespace_as_it_was(
     monkeypatch: pytest.MonkeyPatch, target: str
 ) -> None:
     calls = _fault_sweep(monkeypatch, torch.Tensor, "to", target)
-    assert calls > (20 if target == "meta" else 0)  # modules, tensors, containers, state
+    assert calls > 20 or target == "cuda"  # modules, tensors, containers, state
     if target == "cuda":  # most copies to CUDA are staged: pinned copy_ then device copy_
         assert _fault_sweep(monkeypatch, torch.Tensor, "copy_", target) > 20
 
