@@ -680,3 +680,14 @@ def test_still_held_counts_only_what_others_keep_of_moved_container_tensors() ->
     result = move(ns, "meta")
     assert result.ok and result.still_held_bytes == 400
     assert elsewhere[0].device.type == "cpu" and ns["batch"]["x"].device.type == "meta"
+
+
+def test_a_tuple_held_twice_in_one_name_is_rebuilt_once_for_both_places() -> None:
+    batch = (torch.ones(2), torch.zeros(3))
+    data = {"train": batch, "val": batch, "log": [batch]}
+    old = id(batch)
+    del batch
+    result = move({"data": data}, "meta")
+    assert result.ok and result.still_held_bytes == 0  # no place kept the old tuple
+    assert data["train"] is data["val"] is data["log"][0] and id(data["train"]) != old
+    assert all(t.device.type == "meta" for t in data["val"])

@@ -477,11 +477,16 @@ class Node(NamedTuple):
 
 
 class Walk:
-    __slots__ = ("leaves", "nodes", "visited", "truncated", "skipped", "cap", "max_depth")
+    __slots__ = (
+        "leaves", "nodes", "aliases", "visited", "truncated", "skipped", "cap", "max_depth",
+    )  # fmt: skip
 
     def __init__(self, cap: int, max_depth: int) -> None:
         self.leaves: list[Leaf] = []
         self.nodes: list[Node] = []
+        #: (index of the node holding it, key, composite) for each further edge to a composite
+        #: already entered (a tuple held in two places): the mover puts a rebuilt one there too
+        self.aliases: list[tuple[int, Any, Any]] = []
         self.visited = 0
         self.truncated = False
         self.skipped: list[tuple[str, str]] = []
@@ -545,7 +550,9 @@ def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[in
             result.leaves.append(
                 Leaf(path + label(kind, key, value_type), child, child_kind, index, key)
             )
-        elif child_depth <= result.max_depth and id(child) not in seen:
+        elif id(child) in seen:
+            result.aliases.append((index, key, child))
+        elif child_depth <= result.max_depth:
             seen.add(id(child))
             result.nodes.append(
                 Node(path + label(kind, key, value_type), child, child_kind, index, key)
