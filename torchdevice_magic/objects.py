@@ -41,6 +41,8 @@ API (for the scanner and the mover)
 ``rebuilt(value, kind, {key: child}) -> new object``
     immutable composites (tuple, namedtuple via ``_make``, frozen dataclass via a shallow copy
     + ``object.__setattr__``) rebuilt with the replaced children; bind the result in the parent.
+``tensor_children(T, value, kind) -> list | None``
+    every child of a big list/tuple/dict at once when all are plain tensors (no paths).
 ``structure(walk) -> spec``; ``signature(T, value, spec) -> tuple | None``
     cheap "did this structure change?" key: (id, size, id of last child) of each composite
     node, found again from the root by the node keys (O(nodes), not O(elements)): a list that
@@ -411,6 +413,14 @@ def _size(value: Any, kind: str) -> int:
     return dict.__len__(own) if own is not None else -1
 
 
+def size(value: Any, kind: str) -> int:
+    """How many children a composite has (base-class ``len``; -1 if unknown), O(1)."""
+    try:
+        return _size(value, kind)
+    except Exception:
+        return -1
+
+
 def _last_id(value: Any, kind: str) -> int:
     """ids of the children of small composites, else of the last child (appends show
     here): O(1) for big containers."""
@@ -553,6 +563,21 @@ def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[in
             _walk_node(T, result, len(result.nodes) - 1, child_depth, seen)
             if result.truncated:
                 return
+
+
+def tensor_children(T: TorchTypes, value: Any, kind: str) -> list[Any] | None:
+    """All children of a big list/tuple/dict when every one is a plain ``Tensor`` or
+    ``Parameter`` (a batch list, a dict of activations): read in one C-level pass, no paths.
+    None when any child is something else (then :func:`walk` it)."""
+    if kind not in (Kind.SEQUENCE, Kind.MAPPING):
+        return None
+    try:
+        items = list(_values(value, kind))
+    except Exception:
+        return None
+    if not items or not {T.Tensor, T.Parameter}.issuperset(set(map(type, items))):
+        return None
+    return items
 
 
 def structure(walked: Walk) -> tuple[tuple[int, Any, str], ...]:
@@ -973,6 +998,8 @@ __all__ = [
     "walk",
     "signature",
     "structure",
+    "tensor_children",
+    "size",
     "is_mutable",
     "set_child",
     "rebuilt",

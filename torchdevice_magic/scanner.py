@@ -722,6 +722,10 @@ def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None 
 
 
 def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
+    if kind in objects.CONTAINERS and objects.size(value, kind) > AGGREGATE_ABOVE:
+        tensors = objects.tensor_children(T, value, kind)
+        if tensors is not None and len(tensors) <= CONTAINER_ELEMENT_CAP:
+            return _tensor_list_entry(T, value, name, kind, tensors)
     walked = objects.walk(T, value, name, kind=kind)
     structure = objects.structure(walked)
     leaves = walked.leaves
@@ -740,7 +744,9 @@ def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
     record_keys: list[Iterable[tuple]] = []
     reached: list[int] = []
     summary = _ContainerSummary()
-    volatile = False
+    volatile = False  # grad-carrying tensors inside: looked at again on every recheck
+    # modules and optimizers inside: (kind, weak reference(s), signature), checked cheaply
+    held: list[tuple[str, Any, tuple]] = []
     for leaf in leaves:
         path, item, item_kind = leaf.path, leaf.value, leaf.kind
         item_type = type(item)
@@ -757,7 +763,6 @@ def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
                 continue
             record = _facts_record(T, path, facts, root=name)
         elif item_kind == Kind.MODULE or item_kind == Kind.OPTIMIZER:
-            volatile = True
             try:
                 if item_kind == Kind.MODULE:
                     sub_entry = _module_entry(T, item, path, root=name)
@@ -765,8 +770,10 @@ def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
                 else:
                     sub_entry = _optimizer_entry(T, item, path, root=name)
                 record, own = sub_entry.records[0], sub_entry.storages
+                held.append((item_kind, sub_entry.ref, sub_entry.signature))
             except Exception as error:
                 record, own = _unreadable(path, item, error, root=name), {}
+                volatile = True
         else:
             reached.append(id(item))
             own = {}
@@ -787,10 +794,60 @@ def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
         entry = _Entry(id(value), records, storages)
         entry.record_keys = record_keys
     entry.kind = "composite"
-    entry.volatile = volatile
+    entry.volatile = volatile or bool(held)
+    entry.ref = None if volatile else held
     entry.structure = structure
     entry.signature = objects.signature(T, value, structure)
     entry.tensor_ids = tuple(reached)
+    return entry
+
+
+def _tensor_list_entry(
+    T: TorchTypes, value: Any, name: str, kind: str, tensors: list[Any]
+) -> _Entry:
+    """A big container of plain tensors: one aggregated record, its facts read column-wise."""
+    storages: dict[tuple, tuple[str, int]] = {}
+    devices = _device_names_of(T, tensors)
+    _read_storages(T, tensors, devices, storages)
+    requires_grad = list(map(_get_requires_grad, tensors))
+    grad_bytes = 0
+    if True in requires_grad:
+        for tensor in compress(tensors, requires_grad):
+            grad = _grad_facts(T, tensor)
+            if grad is not None:
+                storages[grad.key] = (grad.device, grad.nbytes)
+                grad_bytes += 0 if grad.device == "meta" else grad.nbytes
+    by_device = _bytes_by_device(storages)
+    device_names = tuple(sorted(by_device, key=device_sort_key))
+    types = {tp.__name__ for tp in set(map(type, tensors))}
+    element_type = types.pop() if len(types) == 1 else "mixed"
+    dtypes = set(map(_get_dtype, tensors))
+    movable = "meta" not in by_device
+    record = Record(
+        name,
+        name,
+        "container",
+        f"{type(value).__name__}[{element_type}]",
+        device_names,
+        T.dtype_name(dtypes.pop()) if len(dtypes) == 1 else "mixed",
+        None,
+        sum(map(T.Tensor.numel, tensors)),
+        sum(by_device.values()),
+        sum(nbytes for _, nbytes in storages.values()),
+        True in requires_grad,
+        grad_bytes,
+        by_device,
+        mixed=len(device_names) > 1,
+        note=f"{len(tensors):,} {element_type} objects",
+        movable=movable,
+        movable_reason="" if movable else "holds meta tensors (no data)",
+        element_count=len(tensors),
+    )
+    entry = _Entry(id(value), [record], storages, kind="composite")
+    entry.volatile = True in requires_grad
+    entry.structure = ((-1, None, kind),)
+    entry.signature = objects.signature(T, value, entry.structure)
+    entry.tensor_ids = tuple(map(id, tensors))
     return entry
 
 
@@ -920,9 +977,23 @@ def _still_same(T: TorchTypes, entry: _Entry | _TensorFacts, value: Any) -> bool
             return submodules is not None and _module_signature(T, submodules) == entry.signature
         if kind == Kind.OPTIMIZER:
             return entry.ref() is value and _optimizer_signature(T, value) == entry.signature
-        if entry.structure is not None and not entry.volatile:
-            # a container or object holding plain tensors, or nothing of ours yet
-            return objects.signature(T, value, entry.structure) == entry.signature
+        if entry.structure is not None:
+            # a container or object: the same shape, and the modules/optimizers it holds
+            # unchanged (grad-carrying tensors inside: always looked at again)
+            if entry.volatile and entry.ref is None:
+                return False
+            if objects.signature(T, value, entry.structure) != entry.signature:
+                return False
+            for held_kind, ref, signature in entry.ref or ():
+                if held_kind == Kind.MODULE:
+                    submodules = _live_submodules(ref)
+                    if submodules is None or _module_signature(T, submodules) != signature:
+                        return False
+                else:
+                    optimizer = ref()
+                    if optimizer is None or _optimizer_signature(T, optimizer) != signature:
+                        return False
+            return True
     except Exception:
         return False
     return False  # tensors with requires_grad / Parameters / composites holding modules
