@@ -539,6 +539,16 @@ def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[in
         result.skipped.append((path, f"could not read: {type(error).__name__}"))
         return
     value_type = type(value)
+    escaped = path.replace("{", "{{").replace("}", "}}")  # the path becomes a format string
+    if kind == Kind.SEQUENCE:
+        step = f"{escaped}[{{}}]".format
+    elif kind in ATTRIBUTE_KINDS:
+        step = f"{escaped}.{{}}".format
+    else:
+
+        def step(key: Any) -> str:
+            return path + label(kind, key, value_type)
+
     child_depth = depth if kind in _PASS_THROUGH else depth + 1
     for key, child in edges:
         result.visited += 1
@@ -552,14 +562,10 @@ def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[in
         if child_kind == Kind.NONE:
             continue
         if child_kind in LEAVES:
-            result.leaves.append(
-                Leaf(path + label(kind, key, value_type), child, child_kind, index, key)
-            )
+            result.leaves.append(Leaf(step(key), child, child_kind, index, key))
         elif child_depth <= result.max_depth and id(child) not in seen:
             seen.add(id(child))
-            result.nodes.append(
-                Node(path + label(kind, key, value_type), child, child_kind, index, key)
-            )
+            result.nodes.append(Node(step(key), child, child_kind, index, key))
             _walk_node(T, result, len(result.nodes) - 1, child_depth, seen)
             if result.truncated:
                 return
@@ -603,6 +609,12 @@ def signature(T: TorchTypes, value: Any, spec: tuple[tuple[int, Any, str], ...])
     id of the last child) per node, each found again from ``value`` by its key: O(nodes)."""
     if not spec:
         return None
+    if len(spec) == 1:  # the common watch: one container or object, looked at O(1)
+        kind = spec[0][2]
+        try:
+            return ((id(value), _size(value, kind), _last_id(value, kind)),)
+        except Exception:
+            return ("changed",)
     found: list[Any] = []
     out: list[Any] = []
     try:
