@@ -30,7 +30,7 @@ their kernel.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, SupportsIndex
 
 DEVICE_TYPE = "simdev"
 
@@ -160,7 +160,7 @@ def _define_wrapper() -> type:
 
         # No subclass preservation: a result is a SimulatedTensor only when the fallback made it
         # one (the default would turn ``.cpu()`` of a SimulatedTensor into one).
-        __torch_function__ = torch._C._disabled_torch_function_impl
+        __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]  # torch's documented way to turn it off
 
         @staticmethod
         def __new__(cls, host: torch.Tensor) -> SimulatedTensor:
@@ -168,13 +168,13 @@ def _define_wrapper() -> type:
             # _make_wrapper_subclass: that needs __torch_dispatch__, which would route every
             # operator through Python dispatch instead of the PrivateUse1 fallback.) Its strides
             # are contiguous whatever the host's: operators only ever see the host.
-            wrapper = torch._C._acc.create_empty_tensor(tuple(host.shape), host.dtype)
+            wrapper: Any = torch._C._acc.create_empty_tensor(tuple(host.shape), host.dtype)
             wrapper.__class__ = cls
             # The values hang on the wrapper's storage, not on the tensor object: torch keeps a
             # storage's Python object (and so its attributes) alive exactly as long as the
             # storage, and the tensors it makes in C++ without the fallback (``.data``, tensors
             # autograd saves for backward, ``param.data = ...``) share that storage.
-            wrapper.untyped_storage().host = host
+            setattr(wrapper.untyped_storage(), "host", host)  # noqa: B010 - storages declare no such attribute
             return wrapper
 
         @property
@@ -190,10 +190,10 @@ def _define_wrapper() -> type:
         @staticmethod
         def __tensor_unflatten__(
             inner: dict[str, torch.Tensor], context: Any, size: Any, stride: Any
-        ) -> SimulatedTensor:
+        ) -> torch.Tensor:
             return SimulatedTensor(inner["host"])
 
-        def __repr__(self, *, tensor_contents: Any = None) -> str:
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's stub names its keyword oddly
             # torch's repr would copy through the fallback value by value; show the host values
             text = repr(self.host)
             suffix = f", device='{self.device}'"
@@ -203,7 +203,7 @@ def _define_wrapper() -> type:
 
         __str__ = __repr__
 
-        def __reduce_ex__(self, protocol: int) -> Any:
+        def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
             # pickling (torch.save, copy.deepcopy) keeps the values and the device
             return (_rebuild, (self.host,))
 
