@@ -73,6 +73,8 @@ import copy
 import sys
 import types
 from collections import UserDict
+from collections.abc import Callable
+from functools import partial
 from itertools import chain
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -293,7 +295,7 @@ def _classify(T: TorchTypes, tp: type) -> str:
     return Kind.NONE
 
 
-def _class_attr(mro: tuple, name: str) -> Any:
+def _class_attr(mro: tuple[type, ...], name: str) -> Any:
     """A class attribute found in the MRO's own dicts (no descriptors run, no metaclass)."""
     for cls in mro:
         try:
@@ -338,7 +340,7 @@ def _layout(tp: type) -> tuple[Any, tuple[tuple[str, Any], ...]]:
     return result
 
 
-def instance_dict(value: Any) -> dict | None:
+def instance_dict(value: Any) -> dict[Any, Any] | None:
     """The instance ``__dict__`` read through the type's own descriptor (never a property)."""
     descriptor = _layout(type(value))[0]
     if descriptor is None:
@@ -348,6 +350,15 @@ def instance_dict(value: Any) -> dict | None:
     except Exception:
         return None
     return found if type(found) is dict else None
+
+
+def _userdict_data(value: Any) -> dict[Any, Any]:
+    """A UserDict's ``data`` dict, from the instance dict (raises if it has none)."""
+    own = instance_dict(value)
+    data = own.get("data") if own is not None else None
+    if not isinstance(data, dict):
+        raise TypeError("a UserDict without a data dict")
+    return data
 
 
 def is_uninitialized(T: TorchTypes, tensor: Any) -> bool:
@@ -396,7 +407,7 @@ def _values(value: Any, kind: str) -> Any:
     if kind == Kind.MAPPING:
         return dict.values(value)
     if kind == Kind.USERDICT:
-        return dict.values(instance_dict(value)["data"])
+        return dict.values(_userdict_data(value))
     return tuple.__iter__(value) if isinstance(value, tuple) else list.__iter__(value)
 
 
@@ -470,6 +481,10 @@ def label(kind: str, key: Any, value_type: type | None = None) -> str:
 # The walk
 
 
+#: the shape of a walk without its values: (parent index, key, kind) per composite node
+Spec = tuple[tuple[int, Any, str], ...]
+
+
 class Leaf(NamedTuple):
     path: str
     value: Any
@@ -524,6 +539,10 @@ def walk(
     return result
 
 
+def _step(path: str, kind: str, value_type: type, key: Any) -> str:
+    return path + label(kind, key, value_type)
+
+
 def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[int]) -> None:
     node = result.nodes[index]
     value, kind, path = node.value, node.kind, node.path
@@ -540,14 +559,13 @@ def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[in
         return
     value_type = type(value)
     escaped = path.replace("{", "{{").replace("}", "}}")  # the path becomes a format string
+    step: Callable[[Any], str]
     if kind == Kind.SEQUENCE:
         step = f"{escaped}[{{}}]".format
     elif kind in ATTRIBUTE_KINDS:
         step = f"{escaped}.{{}}".format
     else:
-
-        def step(key: Any) -> str:
-            return path + label(kind, key, value_type)
+        step = partial(_step, path, kind, value_type)
 
     child_depth = depth if kind in _PASS_THROUGH else depth + 1
     for key, child in edges:
@@ -586,7 +604,7 @@ def tensor_children(T: TorchTypes, value: Any, kind: str) -> list[Any] | None:
     return items
 
 
-def structure(walked: Walk) -> tuple[tuple[int, Any, str], ...]:
+def structure(walked: Walk) -> Spec:
     """The shape of what a walk entered, without references to user objects: one
     (parent index, key, kind) per composite node, for :func:`signature`. Nodes under a key that
     is not a plain str/int (it could keep an object alive) are left out, with their subtrees."""
@@ -604,7 +622,7 @@ def structure(walked: Walk) -> tuple[tuple[int, Any, str], ...]:
     return tuple(spec)
 
 
-def signature(T: TorchTypes, value: Any, spec: tuple[tuple[int, Any, str], ...]) -> tuple | None:
+def signature(T: TorchTypes, value: Any, spec: Spec) -> tuple[Any, ...] | None:
     """Changes when a composite the walk entered gains, loses or replaces children: (id, size,
     id of the last child) per node, each found again from ``value`` by its key: O(nodes)."""
     if not spec:
@@ -635,7 +653,7 @@ def _child(kind: str, parent: Any, key: Any) -> Any:
             return tuple.__getitem__(parent, key)
         return list.__getitem__(parent, key)
     if kind == Kind.USERDICT:
-        return dict.__getitem__(instance_dict(parent)["data"], key)
+        return dict.__getitem__(_userdict_data(parent), key)
     own = instance_dict(parent)
     if own is not None and key in own:
         return own[key]
@@ -671,7 +689,7 @@ def set_child(value: Any, kind: str, key: Any, child: Any) -> Any:
         list.__setitem__(value, key, child)
         return old
     if kind == Kind.USERDICT:
-        data = instance_dict(value)["data"]
+        data = _userdict_data(value)
         old = dict.__getitem__(data, key)
         dict.__setitem__(data, key, child)
         return old
@@ -693,7 +711,7 @@ def rebuilt(value: Any, kind: str, replacements: dict[Any, Any]) -> Any:
     if kind in (Kind.SEQUENCE, Kind.NAMEDTUPLE) and isinstance(value, tuple):
         items = [replacements.get(i, item) for i, item in enumerate(tuple.__iter__(value))]
         if kind == Kind.NAMEDTUPLE:
-            return type(value)._make(items)
+            return type(value)._make(items)  # type: ignore[attr-defined]
         if type(value) is tuple:
             return tuple(items)
         return type(value)(items)
@@ -709,7 +727,12 @@ def rebuilt(value: Any, kind: str, replacements: dict[Any, Any]) -> Any:
 # Storage identity
 
 
-def add_storages(T: TorchTypes, tensor: Any, device: str, into: dict) -> int:
+StorageKey = tuple[Any, ...]
+#: storage key -> (device, nbytes the storage holds, or would need on meta)
+Storages = dict[StorageKey, tuple[str, int]]
+
+
+def add_storages(T: TorchTypes, tensor: Any, device: str, into: Storages) -> int:
     """Add ``{storage key: (device, nbytes)}`` for the tensor's storage(s) to ``into``;
     return the bytes they would need (what meta storages would take)."""
     try:
@@ -748,7 +771,7 @@ def inner_tensors(T: TorchTypes, tensor: Any) -> list[Any]:
     return [t for t in found if isinstance(t, T.Tensor) and t is not tensor]
 
 
-def _unusual_storages(T: TorchTypes, tensor: Any, device: str, into: dict) -> int:
+def _unusual_storages(T: TorchTypes, tensor: Any, device: str, into: Storages) -> int:
     """Sparse, nested, wrapper-subclass and fake tensors have no plain storage."""
     inner: list[Any] = []
     try:
@@ -945,7 +968,8 @@ def accelerate_dispatch(T: TorchTypes, name: str, submodules: list[Any]) -> Disp
             state = weights_map
         else:
             own = instance_dict(weights_map) or {}
-            state = own.get("state_dict") if isinstance(own.get("state_dict"), dict) else {}
+            found = own.get("state_dict")
+            state = found if isinstance(found, dict) else {}
             keys = own.get("all_keys")
             if isinstance(keys, list):
                 on_disk.update(k for k in keys if isinstance(k, str) and k not in state)
@@ -1012,6 +1036,9 @@ __all__ = [
     "structure",
     "tensor_children",
     "size",
+    "Spec",
+    "StorageKey",
+    "Storages",
     "is_mutable",
     "set_child",
     "rebuilt",
