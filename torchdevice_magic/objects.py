@@ -41,8 +41,10 @@ API (for the scanner and the mover)
 ``rebuilt(value, kind, {key: child}) -> new object``
     immutable composites (tuple, namedtuple via ``_make``, frozen dataclass via a shallow copy
     + ``object.__setattr__``) rebuilt with the replaced children; bind the result in the parent.
+``child_types(value, kind) -> set | None``; ``holds_nothing(T, types)``;
 ``tensor_children(T, value, kind) -> list | None``
-    every child of a big list/tuple/dict at once when all are plain tensors (no paths).
+    one C-level pass over a big list/tuple/dict: the types of its children (a list of 200,000
+    floats is decided without walking it), and every child at once when all are plain tensors.
 ``structure(walk) -> spec``; ``signature(T, value, spec) -> tuple | None``
     cheap "did this structure change?" key: (id, size, id of last child) of each composite
     node, found again from the root by the node keys (O(nodes), not O(elements)): a list that
@@ -392,7 +394,7 @@ def children(T: TorchTypes, value: Any, kind: str) -> list[tuple[Any, Any]]:
         edges: list[tuple[Any, Any]] = []
         own = instance_dict(value)
         if own is not None:
-            edges.extend((k, v) for k, v in dict.items(own) if type(k) is str)
+            edges.extend(dict.items(own))
         for name, member in _layout(type(value))[1]:
             try:
                 edges.append((name, member.__get__(value)))
@@ -589,19 +591,30 @@ def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[in
                 return
 
 
-def tensor_children(T: TorchTypes, value: Any, kind: str) -> list[Any] | None:
-    """All children of a big list/tuple/dict when every one is a plain ``Tensor`` or
-    ``Parameter`` (a batch list, a dict of activations): read in one C-level pass, no paths.
-    None when any child is something else (then :func:`walk` it)."""
-    if kind not in (Kind.SEQUENCE, Kind.MAPPING):
+def child_types(value: Any, kind: str) -> set[type] | None:
+    """The types of a list/tuple/dict's children in one C-level pass (None: not readable)."""
+    if kind not in CONTAINERS:
         return None
     try:
-        items = list(_values(value, kind))
+        return set(map(type, _values(value, kind)))
     except Exception:
         return None
-    if not items or not {T.Tensor, T.Parameter}.issuperset(set(map(type, items))):
+
+
+def holds_nothing(T: TorchTypes, types: set[type]) -> bool:
+    """Whether children of these types can hold no tensor (numbers, strings, ...)."""
+    kinds = T.kinds
+    return all(kinds.get(tp) == Kind.NONE for tp in types)
+
+
+def tensor_children(T: TorchTypes, value: Any, kind: str) -> list[Any] | None:
+    """All children of a list/tuple/dict whose children are all plain ``Tensor``s or
+    ``Parameter``s (a batch list, a dict of activations), in one C-level pass, no paths.
+    Check :func:`child_types` first; None when the container cannot be read."""
+    try:
+        return list(_values(value, kind))
+    except Exception:
         return None
-    return items
 
 
 def structure(walked: Walk) -> Spec:
@@ -1035,6 +1048,8 @@ __all__ = [
     "signature",
     "structure",
     "tensor_children",
+    "child_types",
+    "holds_nothing",
     "size",
     "Spec",
     "StorageKey",

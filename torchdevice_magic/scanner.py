@@ -735,9 +735,14 @@ def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None 
 
 def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
     if kind in objects.CONTAINERS and objects.size(value, kind) > AGGREGATE_ABOVE:
-        tensors = objects.tensor_children(T, value, kind)
-        if tensors is not None and len(tensors) <= CONTAINER_ELEMENT_CAP:
-            return _tensor_list_entry(T, value, name, kind, tensors)
+        # one C-level pass over the children's types decides the big containers
+        types = objects.child_types(value, kind)
+        if types is not None and objects.holds_nothing(T, types):
+            return _watch_entry(T, value, ((-1, None, kind),))
+        if types is not None and {T.Tensor, T.Parameter}.issuperset(types):
+            tensors = objects.tensor_children(T, value, kind)
+            if tensors is not None and len(tensors) <= CONTAINER_ELEMENT_CAP:
+                return _tensor_list_entry(T, value, name, kind, tensors)
     walked = objects.walk(T, value, name, kind=kind)
     structure = objects.structure(walked)
     leaves = walked.leaves
@@ -747,9 +752,7 @@ def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
         # thousands of config/record objects must cost next to nothing on rescans.
         if kind in objects.ATTRIBUTE_KINDS:
             structure = structure[:1]
-        entry = _Entry(id(value), [], {}, objects.signature(T, value, structure), kind="watch")
-        entry.structure = structure
-        return entry
+        return _watch_entry(T, value, structure)
     storages: Storages = {}
     aggregate = len(leaves) > AGGREGATE_ABOVE or walked.truncated
     records: list[Record] = []
@@ -811,6 +814,13 @@ def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
     entry.structure = structure
     entry.signature = objects.signature(T, value, structure)
     entry.tensor_ids = tuple(reached)
+    return entry
+
+
+def _watch_entry(T: TorchTypes, value: Any, structure: objects.Spec) -> _Entry:
+    """A composite holding nothing of ours (yet): no records, watched by its structure."""
+    entry = _Entry(id(value), [], {}, objects.signature(T, value, structure), kind="watch")
+    entry.structure = structure
     return entry
 
 
@@ -1244,8 +1254,14 @@ def _hidden_entries(
     visible_keys: set[StorageKey] = set()
     for entry in state.entries.values():
         visible_keys.update(_entry_storages(entry))
-    if state.columns is not None:
-        visible_keys.update(state.columns.keys())
+    columns = state.columns
+    if columns is not None:
+        dropped = state.dropped
+        visible_keys.update(
+            key
+            for name, key in zip(columns.names, columns.keys(), strict=True)
+            if name not in dropped
+        )
     found: dict[str, _Entry] = {}
     seen_ids: set[int] = set()
     candidates: list[tuple[str, Any]] = []
