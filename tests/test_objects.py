@@ -254,3 +254,8 @@ def test_accelerate_dispatch_reads_the_real_weights_from_the_hooks():
     assert dispatch is not None and "accelerate" in dispatch.reason
     assert {name for name, _ in dispatch.weights} == {"0.weight", "0.bias"}
     assert O.accelerate_dispatch(T, "plain", [torch.nn.Linear(1, 1)]) is None
+
+
+def test_paths_with_braces_and_odd_keys():
+    value = {"{a}": [torch.ones(1)], ("t",): torch.ones(1)}
+    assert set(leaves(value, "d")) == {"d['{a}'][0]", "d[<tuple>]"}

@@ -41,6 +41,10 @@ API (for the scanner and the mover)
 ``rebuilt(value, kind, {key: child}) -> new object``
     immutable composites (tuple, namedtuple via ``_make``, frozen dataclass via a shallow copy
     + ``object.__setattr__``) rebuilt with the replaced children; bind the result in the parent.
+``child_types(value, kind) -> set | None``; ``holds_nothing(T, types)``;
+``tensor_children(T, value, kind) -> list | None``
+    one C-level pass over a big list/tuple/dict: the types of its children (a list of 200,000
+    floats is decided without walking it), and every child at once when all are plain tensors.
 ``structure(walk) -> spec``; ``signature(T, value, spec) -> tuple | None``
     cheap "did this structure change?" key: (id, size, id of last child) of each composite
     node, found again from the root by the node keys (O(nodes), not O(elements)): a list that
@@ -71,6 +75,8 @@ import copy
 import sys
 import types
 from collections import UserDict
+from collections.abc import Callable
+from functools import partial
 from itertools import chain
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -291,7 +297,7 @@ def _classify(T: TorchTypes, tp: type) -> str:
     return Kind.NONE
 
 
-def _class_attr(mro: tuple, name: str) -> Any:
+def _class_attr(mro: tuple[type, ...], name: str) -> Any:
     """A class attribute found in the MRO's own dicts (no descriptors run, no metaclass)."""
     for cls in mro:
         try:
@@ -336,7 +342,7 @@ def _layout(tp: type) -> tuple[Any, tuple[tuple[str, Any], ...]]:
     return result
 
 
-def instance_dict(value: Any) -> dict | None:
+def instance_dict(value: Any) -> dict[Any, Any] | None:
     """The instance ``__dict__`` read through the type's own descriptor (never a property)."""
     descriptor = _layout(type(value))[0]
     if descriptor is None:
@@ -346,6 +352,15 @@ def instance_dict(value: Any) -> dict | None:
     except Exception:
         return None
     return found if type(found) is dict else None
+
+
+def _userdict_data(value: Any) -> dict[Any, Any]:
+    """A UserDict's ``data`` dict, from the instance dict (raises if it has none)."""
+    own = instance_dict(value)
+    data = own.get("data") if own is not None else None
+    if not isinstance(data, dict):
+        raise TypeError("a UserDict without a data dict")
+    return data
 
 
 def is_uninitialized(T: TorchTypes, tensor: Any) -> bool:
@@ -379,7 +394,7 @@ def children(T: TorchTypes, value: Any, kind: str) -> list[tuple[Any, Any]]:
         edges: list[tuple[Any, Any]] = []
         own = instance_dict(value)
         if own is not None:
-            edges.extend((k, v) for k, v in dict.items(own) if type(k) is str)
+            edges.extend(dict.items(own))
         for name, member in _layout(type(value))[1]:
             try:
                 edges.append((name, member.__get__(value)))
@@ -394,7 +409,7 @@ def _values(value: Any, kind: str) -> Any:
     if kind == Kind.MAPPING:
         return dict.values(value)
     if kind == Kind.USERDICT:
-        return dict.values(instance_dict(value)["data"])
+        return dict.values(_userdict_data(value))
     return tuple.__iter__(value) if isinstance(value, tuple) else list.__iter__(value)
 
 
@@ -409,6 +424,14 @@ def _size(value: Any, kind: str) -> int:
         return dict.__len__(data) if isinstance(data, dict) else -1
     own = instance_dict(value)
     return dict.__len__(own) if own is not None else -1
+
+
+def size(value: Any, kind: str) -> int:
+    """How many children a composite has (base-class ``len``; -1 if unknown), O(1)."""
+    try:
+        return _size(value, kind)
+    except Exception:
+        return -1
 
 
 def _last_id(value: Any, kind: str) -> int:
@@ -458,6 +481,10 @@ def label(kind: str, key: Any, value_type: type | None = None) -> str:
 
 # --------------------------------------------------------------------------------------------
 # The walk
+
+
+#: the shape of a walk without its values: (parent index, key, kind) per composite node
+Spec = tuple[tuple[int, Any, str], ...]
 
 
 class Leaf(NamedTuple):
@@ -519,6 +546,10 @@ def walk(
     return result
 
 
+def _step(path: str, kind: str, value_type: type, key: Any) -> str:
+    return path + label(kind, key, value_type)
+
+
 def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[int]) -> None:
     node = result.nodes[index]
     value, kind, path = node.value, node.kind, node.path
@@ -534,6 +565,15 @@ def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[in
         result.skipped.append((path, f"could not read: {type(error).__name__}"))
         return
     value_type = type(value)
+    escaped = path.replace("{", "{{").replace("}", "}}")  # the path becomes a format string
+    step: Callable[[Any], str]
+    if kind == Kind.SEQUENCE:
+        step = f"{escaped}[{{}}]".format
+    elif kind in ATTRIBUTE_KINDS:
+        step = f"{escaped}.{{}}".format
+    else:
+        step = partial(_step, path, kind, value_type)
+
     child_depth = depth if kind in _PASS_THROUGH else depth + 1
     for key, child in edges:
         result.visited += 1
@@ -547,22 +587,44 @@ def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[in
         if child_kind == Kind.NONE:
             continue
         if child_kind in LEAVES:
-            result.leaves.append(
-                Leaf(path + label(kind, key, value_type), child, child_kind, index, key)
-            )
+            result.leaves.append(Leaf(step(key), child, child_kind, index, key))
         elif id(child) in seen:
             result.aliases.append((index, key, child))
         elif child_depth <= result.max_depth:
             seen.add(id(child))
-            result.nodes.append(
-                Node(path + label(kind, key, value_type), child, child_kind, index, key)
-            )
+            result.nodes.append(Node(step(key), child, child_kind, index, key))
             _walk_node(T, result, len(result.nodes) - 1, child_depth, seen)
             if result.truncated:
                 return
 
 
-def structure(walked: Walk) -> tuple[tuple[int, Any, str], ...]:
+def child_types(value: Any, kind: str) -> set[type] | None:
+    """The types of a list/tuple/dict's children in one C-level pass (None: not readable)."""
+    if kind not in CONTAINERS:
+        return None
+    try:
+        return set(map(type, _values(value, kind)))
+    except Exception:
+        return None
+
+
+def holds_nothing(T: TorchTypes, types: set[type]) -> bool:
+    """Whether children of these types can hold no tensor (numbers, strings, ...)."""
+    kinds = T.kinds
+    return all(kinds.get(tp) == Kind.NONE for tp in types)
+
+
+def tensor_children(T: TorchTypes, value: Any, kind: str) -> list[Any] | None:
+    """All children of a list/tuple/dict whose children are all plain ``Tensor``s or
+    ``Parameter``s (a batch list, a dict of activations), in one C-level pass, no paths.
+    Check :func:`child_types` first; None when the container cannot be read."""
+    try:
+        return list(_values(value, kind))
+    except Exception:
+        return None
+
+
+def structure(walked: Walk) -> Spec:
     """The shape of what a walk entered, without references to user objects: one
     (parent index, key, kind) per composite node, for :func:`signature`. Nodes under a key that
     is not a plain str/int (it could keep an object alive) are left out, with their subtrees."""
@@ -580,11 +642,17 @@ def structure(walked: Walk) -> tuple[tuple[int, Any, str], ...]:
     return tuple(spec)
 
 
-def signature(T: TorchTypes, value: Any, spec: tuple[tuple[int, Any, str], ...]) -> tuple | None:
+def signature(T: TorchTypes, value: Any, spec: Spec) -> tuple[Any, ...] | None:
     """Changes when a composite the walk entered gains, loses or replaces children: (id, size,
     id of the last child) per node, each found again from ``value`` by its key: O(nodes)."""
     if not spec:
         return None
+    if len(spec) == 1:  # the common watch: one container or object, looked at O(1)
+        kind = spec[0][2]
+        try:
+            return ((id(value), _size(value, kind), _last_id(value, kind)),)
+        except Exception:
+            return ("changed",)
     found: list[Any] = []
     out: list[Any] = []
     try:
@@ -605,7 +673,7 @@ def _child(kind: str, parent: Any, key: Any) -> Any:
             return tuple.__getitem__(parent, key)
         return list.__getitem__(parent, key)
     if kind == Kind.USERDICT:
-        return dict.__getitem__(instance_dict(parent)["data"], key)
+        return dict.__getitem__(_userdict_data(parent), key)
     own = instance_dict(parent)
     if own is not None and key in own:
         return own[key]
@@ -647,7 +715,7 @@ def set_child(value: Any, kind: str, key: Any, child: Any) -> Any:
         list.__setitem__(value, key, child)
         return old
     if kind == Kind.USERDICT:
-        data = instance_dict(value)["data"]
+        data = _userdict_data(value)
         old = dict.__getitem__(data, key)
         dict.__setitem__(data, key, child)
         return old
@@ -669,7 +737,7 @@ def rebuilt(value: Any, kind: str, replacements: dict[Any, Any]) -> Any:
     if kind in (Kind.SEQUENCE, Kind.NAMEDTUPLE) and isinstance(value, tuple):
         items = [replacements.get(i, item) for i, item in enumerate(tuple.__iter__(value))]
         if kind == Kind.NAMEDTUPLE:
-            return type(value)._make(items)
+            return type(value)._make(items)  # type: ignore[attr-defined]
         if type(value) is tuple:
             return tuple(items)
         return type(value)(items)
@@ -685,7 +753,12 @@ def rebuilt(value: Any, kind: str, replacements: dict[Any, Any]) -> Any:
 # Storage identity
 
 
-def add_storages(T: TorchTypes, tensor: Any, device: str, into: dict) -> int:
+StorageKey = tuple[Any, ...]
+#: storage key -> (device, nbytes the storage holds, or would need on meta)
+Storages = dict[StorageKey, tuple[str, int]]
+
+
+def add_storages(T: TorchTypes, tensor: Any, device: str, into: Storages) -> int:
     """Add ``{storage key: (device, nbytes)}`` for the tensor's storage(s) to ``into``;
     return the bytes they would need (what meta storages would take)."""
     try:
@@ -724,7 +797,7 @@ def inner_tensors(T: TorchTypes, tensor: Any) -> list[Any]:
     return [t for t in found if isinstance(t, T.Tensor) and t is not tensor]
 
 
-def _unusual_storages(T: TorchTypes, tensor: Any, device: str, into: dict) -> int:
+def _unusual_storages(T: TorchTypes, tensor: Any, device: str, into: Storages) -> int:
     """Sparse, nested, wrapper-subclass and fake tensors have no plain storage."""
     inner: list[Any] = []
     try:
@@ -921,7 +994,8 @@ def accelerate_dispatch(T: TorchTypes, name: str, submodules: list[Any]) -> Disp
             state = weights_map
         else:
             own = instance_dict(weights_map) or {}
-            state = own.get("state_dict") if isinstance(own.get("state_dict"), dict) else {}
+            found = own.get("state_dict")
+            state = found if isinstance(found, dict) else {}
             keys = own.get("all_keys")
             if isinstance(keys, list):
                 on_disk.update(k for k in keys if isinstance(k, str) and k not in state)
@@ -986,6 +1060,13 @@ __all__ = [
     "walk",
     "signature",
     "structure",
+    "tensor_children",
+    "child_types",
+    "holds_nothing",
+    "size",
+    "Spec",
+    "StorageKey",
+    "Storages",
     "is_mutable",
     "set_child",
     "rebuilt",
