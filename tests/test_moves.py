@@ -691,3 +691,27 @@ def test_a_tuple_held_twice_in_one_name_is_rebuilt_once_for_both_places() -> Non
     assert result.ok and result.still_held_bytes == 0  # no place kept the old tuple
     assert data["train"] is data["val"] is data["log"][0] and id(data["train"]) != old
     assert all(t.device.type == "meta" for t in data["val"])
+
+
+def test_torchscript_in_place_moves_are_checked_and_rolled_back() -> None:
+    """Where Parameters move in place (``param.data = ...``: cpu <-> cuda), a TorchScript
+    module's tables (no ``.get``) are read, checked and restored like an eager module's;
+    before, the check raised after the parameters moved and the rollback failed too."""
+    from torchdevice_magic.moves import plan as planning
+    from torchdevice_magic.moves import transaction
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scripted = torch.jit.script(nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)))
+    params = list(scripted.parameters())
+    values = [p.detach().clone() for p in params]
+    plan = planning.Plan({"s": scripted}, "cpu", explicit=True)
+    job = transaction.ModuleJob("s", scripted, torch.device("cpu"), None)
+    plan._record_module(job, scripted)
+    assert len(job.params) == 4 and len(job.buffers) == 3
+    job.apply()  # the in-place path's identity check runs on the script module's tables
+    for p in params:  # what module.to does between devices with compatible tensors
+        p.data = torch.zeros_like(p)
+    job.restore()
+    assert list(scripted.parameters()) == params
+    assert all(torch.equal(p, v) for p, v in zip(params, values, strict=True))
