@@ -245,6 +245,7 @@ class Plan:
         # (thousands of tensors) goes through C-level maps instead of per-tensor Python.
         self.fast: dict[Any, tuple[list[str], list[Any]]] = {}
         self.fast_sets: list[FastSet] = []
+        self.data_bytes = 0  # set by needed_bytes()
 
     def dstr(self, dev: Any) -> str:
         s = self.devstr.get(dev)
@@ -823,11 +824,15 @@ class Plan:
         what ``torch.cuda.memory_allocated`` will grow by."""
         need: dict[Any, int] = {}
         counted: set[tuple[Any, Any]] = set()
+        data = 0  # the same without the rounding: the bytes of data the move copies
 
         def add(want: Any, snb: int) -> int:
+            nonlocal data
+            data += snb
             if want.type == "cuda":
-                snb = -(-snb // 512) * 512
-            need[want] = need.get(want, 0) + snb
+                need[want] = need.get(want, 0) + -(-snb // 512) * 512
+            else:
+                need[want] = need.get(want, 0) + snb
             return snb
 
         for job in self.modules.values():
@@ -858,10 +863,12 @@ class Plan:
                 snb = members[0][2]
             add(gkey[1], snb)
         for fs in self.fast_sets:
+            size = sum(fs.nbytes)
+            data += size
             if fs.dest.type == "cuda":
-                need[fs.dest] = need.get(fs.dest, 0) + sum(-(-n // 512) * 512 for n in fs.nbytes)
-            else:
-                need[fs.dest] = need.get(fs.dest, 0) + sum(fs.nbytes)
+                size = sum(-(-n // 512) * 512 for n in fs.nbytes)
+            need[fs.dest] = need.get(fs.dest, 0) + size
+        self.data_bytes = data
         return need
 
 

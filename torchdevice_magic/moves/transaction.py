@@ -595,7 +595,7 @@ def execute(
     plan.finalize()
     need = plan.needed_bytes()
     check_memory(plan, need, free_bytes)  # raises MoveError: nothing touched yet
-    total = sum(need.values())
+    total = plan.data_bytes
     state = _RunState()
     try:
         _run(plan, state, _Progress(progress, total) if progress is not None else None, need)
@@ -641,6 +641,7 @@ def execute(
         skipped=list(plan.skipped),
         seconds=time.perf_counter() - started,
         bytes_moved=total,
+        predicted_bytes=sum(need.values()),
         still_held_bytes=still_held,
         _undo=record,
     )
