@@ -559,20 +559,13 @@ def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[in
     except Exception as error:
         result.skipped.append((path, f"could not read: {type(error).__name__}"))
         return
-    value_type = type(value)
-    escaped = path.replace("{", "{{").replace("}", "}}")  # the path becomes a format string
-    step: Callable[[Any], str]
-    if kind == Kind.SEQUENCE:
-        step = f"{escaped}[{{}}]".format
-    elif kind in ATTRIBUTE_KINDS:
-        step = f"{escaped}.{{}}".format
-    else:
-        step = partial(_step, path, kind, value_type)
-
+    step: Callable[[Any], str] | None = None  # made when the first child needs a path
     child_depth = depth if kind in _PASS_THROUGH else depth + 1
+    visited, cap = result.visited, result.cap
     for key, child in edges:
-        result.visited += 1
-        if result.visited > result.cap:
+        visited += 1
+        if visited > cap:
+            result.visited = visited
             result.truncated = True
             return
         child_type = type(child)
@@ -581,14 +574,29 @@ def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[in
             child_kind = kind_of_type(T, child_type)
         if child_kind == Kind.NONE:
             continue
+        if step is None:
+            step = _stepper(path, kind, type(value))
         if child_kind in LEAVES:
             result.leaves.append(Leaf(step(key), child, child_kind, index, key))
         elif child_depth <= result.max_depth and id(child) not in seen:
             seen.add(id(child))
             result.nodes.append(Node(step(key), child, child_kind, index, key))
+            result.visited = visited
             _walk_node(T, result, len(result.nodes) - 1, child_depth, seen)
             if result.truncated:
                 return
+            visited = result.visited
+    result.visited = visited
+
+
+def _stepper(path: str, kind: str, value_type: type) -> Callable[[Any], str]:
+    """The path of a child from its key (a bound ``str.format`` where the step is plain)."""
+    escaped = path.replace("{", "{{").replace("}", "}}")  # the path becomes a format string
+    if kind == Kind.SEQUENCE:
+        return f"{escaped}[{{}}]".format
+    if kind in ATTRIBUTE_KINDS:
+        return f"{escaped}.{{}}".format
+    return partial(_step, path, kind, value_type)
 
 
 def child_types(value: Any, kind: str) -> set[type] | None:
