@@ -14,6 +14,8 @@ API (for the scanner and the mover)
 -----------------------------------
 ``TorchTypes.current() -> TorchTypes | None``
     torch's classes, looked up once per torch module (None if torch is not imported).
+    ``T.forget_types()`` after a walk (the scanner does it after each scan): the per-type
+    caches must not keep a user's class (and its class attributes) alive.
 ``kind_of(T, value) -> str``
     one of the ``Kind`` constants; cached per type (O(1) for the common types).
     Leaves: TENSOR, PARAMETER, MODULE, OPTIMIZER. Composites (walked): MAPPING (dict and its
@@ -41,7 +43,8 @@ API (for the scanner and the mover)
 ``rebuilt(value, kind, {key: child}) -> new object``
     immutable composites (tuple, namedtuple via ``_make``, frozen dataclass via a shallow copy
     + ``object.__setattr__``) rebuilt with the replaced children; bind the result in the parent.
-``child_types(value, kind) -> set | None``; ``holds_nothing(T, types)``;
+``size(value, kind)``; ``instance_dict(value)`` (the ``__dict__`` through the type's own
+descriptor); ``child_types(value, kind) -> set | None``; ``holds_nothing(T, types)``;
 ``tensor_children(T, value, kind) -> list | None``
     one C-level pass over a big list/tuple/dict: the types of its children (a list of 200,000
     floats is decided without walking it), and every child at once when all are plain tensors.
@@ -51,7 +54,7 @@ API (for the scanner and the mover)
     was empty when first seen and is appended to later has a new signature. ``spec`` holds no
     reference to user objects (the scan keeps it between cells).
 Storage identity
-    ``add_storages(tensor, device, into) -> int`` adds ``{key: (device, nbytes)}`` for every
+    ``add_storages(T, tensor, device, into: Storages) -> int`` adds ``{key: (device, nbytes)}`` for every
     storage the tensor holds and returns the bytes they would need. Key ``(device, data_ptr)``;
     where ``data_ptr`` is 0 (meta, empty storages, out-of-tree/simulated devices): the wrapped
     inner tensors' storages (``__tensor_flatten__`` or tensors in the instance ``__dict__``)
@@ -62,7 +65,7 @@ Modules
     ``module_parts(T, module) -> ModuleParts`` (submodules, parameters, buffers, extra
     (label, tensor) pairs: packed weights of dynamic-quantized modules) for eager and
     TorchScript modules; ``is_uninitialized(T, tensor)`` for lazy parameters;
-    ``accelerate_dispatch(module) -> Dispatch | None`` for accelerate-dispatched models (the
+    ``accelerate_dispatch(T, name, submodules) -> Dispatch | None`` for accelerate-dispatched models (the
     real weights in ``weights_map`` with their devices, and the one-line reason not to move).
 Optimizers
     ``optimizer_state_tensors(T, optimizer) -> list[(param, key, tensor)]``: every tensor in the
@@ -163,7 +166,7 @@ class TorchTypes:
     __slots__ = (
         "torch", "Tensor", "Parameter", "Module", "Optimizer", "UntypedStorage", "Size",
         "kinds", "_leaf_types", "special", "Uninitialized", "ScriptModule", "device_names",
-        "dtype_names",
+        "dtype_names", "_seed",
     )  # fmt: skip
 
     _cache: tuple[Any, TorchTypes] | None = None
@@ -206,8 +209,18 @@ class TorchTypes:
             self.Size: Kind.NONE,
         }
         self.kinds.update(dict.fromkeys(_ATOMIC_TYPES, Kind.NONE))
+        self._seed = dict(self.kinds)
         self.device_names: dict[Any, str] = {}
         self.dtype_names: dict[Any, str] = {}
+
+    def forget_types(self) -> None:
+        """Drop the per-type caches filled while walking (the scanner calls this after each
+        scan): a class a user deleted or redefined -- and tensors its class attributes hold --
+        must not stay alive because we once classified one of its instances."""
+        if len(self.kinds) != len(self._seed):
+            self.kinds = dict(self._seed)
+        _layouts.clear()
+        _packing_types.clear()
 
     @classmethod
     def current(cls) -> TorchTypes | None:
