@@ -36,7 +36,8 @@ API (for the scanner and the mover)
     ``Walk.nodes``: ``Node(path, value, kind, parent, key)`` (node 0 is the root when it is a
     composite; ``parent`` -1 for the root); ``truncated``, ``visited``, ``skipped`` ((path,
     reason) of objects that could not be read). Cycles and shared sub-containers are entered
-    once. DATALOADER/DATASET edges cost no depth (loader -> Subset -> TensorDataset -> tensors).
+    once (further edges to them: ``Walk.aliases``, (node index, key, composite)).
+    DATALOADER/DATASET edges cost no depth (loader -> Subset -> TensorDataset -> tensors).
 ``is_mutable(value, kind) -> bool``; ``set_child(value, kind, key, child) -> previous child``
     put a moved child back in place (list item, dict item through ``dict.__setitem__``,
     ``UserDict.data`` item, instance ``__dict__`` entry or slot): no setters, no properties.
@@ -517,11 +518,16 @@ class Node(NamedTuple):
 
 
 class Walk:
-    __slots__ = ("leaves", "nodes", "visited", "truncated", "skipped", "cap", "max_depth")
+    __slots__ = (
+        "leaves", "nodes", "aliases", "visited", "truncated", "skipped", "cap", "max_depth",
+    )  # fmt: skip
 
     def __init__(self, cap: int, max_depth: int) -> None:
         self.leaves: list[Leaf] = []
         self.nodes: list[Node] = []
+        #: (index of the node holding it, key, composite) for each further edge to a composite
+        #: already entered (a tuple held in two places): the mover puts a rebuilt one there too
+        self.aliases: list[tuple[int, Any, Any]] = []
         self.visited = 0
         self.truncated = False
         self.skipped: list[tuple[str, str]] = []
@@ -591,7 +597,9 @@ def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[in
             step = _stepper(path, kind, type(value))
         if child_kind in LEAVES:
             result.leaves.append(Leaf(step(key), child, child_kind, index, key))
-        elif child_depth <= result.max_depth and id(child) not in seen:
+        elif id(child) in seen:
+            result.aliases.append((index, key, child))
+        elif child_depth <= result.max_depth:
             seen.add(id(child))
             result.nodes.append(Node(step(key), child, child_kind, index, key))
             result.visited = visited
@@ -717,6 +725,12 @@ def set_child(value: Any, kind: str, key: Any, child: Any) -> Any:
     if kind == Kind.MAPPING:
         old = dict.__getitem__(value, key)
         dict.__setitem__(value, key, child)
+        if type(value) is not dict and type(key) is str:
+            # ModelOutput-style (an OrderedDict that is also a dataclass): the same child is
+            # an attribute too; keep ``out.logits`` and ``out["logits"]`` the same object
+            own = instance_dict(value)
+            if own is not None and own.get(key) is old:
+                own[key] = child
         return old
     if kind == Kind.SEQUENCE:
         old = list.__getitem__(value, key)
