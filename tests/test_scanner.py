@@ -380,3 +380,18 @@ def test_rescan_sees_a_model_inside_an_object_change_and_reuses_it_otherwise():
     assert after["trainer.model"].grad_bytes == 60 and after.objects_changed
     trainer.model.to("meta")
     assert scanner.scan({"trainer": trainer})["trainer.model"].devices == ("meta",)
+
+
+def test_scan_keeps_no_user_class_alive():
+    import gc
+    import weakref
+
+    class Holder:
+        mask = torch.ones(1000)  # a class attribute: alive as long as the class is
+
+    namespace = {"holder": Holder()}
+    tdm.scan(namespace)
+    ref = weakref.ref(Holder)
+    del Holder, namespace
+    gc.collect()
+    assert ref() is None

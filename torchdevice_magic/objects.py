@@ -14,6 +14,8 @@ API (for the scanner and the mover)
 -----------------------------------
 ``TorchTypes.current() -> TorchTypes | None``
     torch's classes, looked up once per torch module (None if torch is not imported).
+    ``T.forget_types()`` after a walk (the scanner does it after each scan): the per-type
+    caches must not keep a user's class (and its class attributes) alive.
 ``kind_of(T, value) -> str``
     one of the ``Kind`` constants; cached per type (O(1) for the common types).
     Leaves: TENSOR, PARAMETER, MODULE, OPTIMIZER. Composites (walked): MAPPING (dict and its
@@ -34,14 +36,16 @@ API (for the scanner and the mover)
     ``Walk.nodes``: ``Node(path, value, kind, parent, key)`` (node 0 is the root when it is a
     composite; ``parent`` -1 for the root); ``truncated``, ``visited``, ``skipped`` ((path,
     reason) of objects that could not be read). Cycles and shared sub-containers are entered
-    once. DATALOADER/DATASET edges cost no depth (loader -> Subset -> TensorDataset -> tensors).
+    once (further edges to them: ``Walk.aliases``, (node index, key, composite)).
+    DATALOADER/DATASET edges cost no depth (loader -> Subset -> TensorDataset -> tensors).
 ``is_mutable(value, kind) -> bool``; ``set_child(value, kind, key, child) -> previous child``
     put a moved child back in place (list item, dict item through ``dict.__setitem__``,
     ``UserDict.data`` item, instance ``__dict__`` entry or slot): no setters, no properties.
 ``rebuilt(value, kind, {key: child}) -> new object``
     immutable composites (tuple, namedtuple via ``_make``, frozen dataclass via a shallow copy
     + ``object.__setattr__``) rebuilt with the replaced children; bind the result in the parent.
-``child_types(value, kind) -> set | None``; ``holds_nothing(T, types)``;
+``size(value, kind)``; ``instance_dict(value)`` (the ``__dict__`` through the type's own
+descriptor); ``child_types(value, kind) -> set | None``; ``holds_nothing(T, types)``;
 ``tensor_children(T, value, kind) -> list | None``
     one C-level pass over a big list/tuple/dict: the types of its children (a list of 200,000
     floats is decided without walking it), and every child at once when all are plain tensors.
@@ -51,7 +55,7 @@ API (for the scanner and the mover)
     was empty when first seen and is appended to later has a new signature. ``spec`` holds no
     reference to user objects (the scan keeps it between cells).
 Storage identity
-    ``add_storages(tensor, device, into) -> int`` adds ``{key: (device, nbytes)}`` for every
+    ``add_storages(T, tensor, device, into: Storages) -> int`` adds ``{key: (device, nbytes)}`` for every
     storage the tensor holds and returns the bytes they would need. Key ``(device, data_ptr)``;
     where ``data_ptr`` is 0 (meta, empty storages, out-of-tree/simulated devices): the wrapped
     inner tensors' storages (``__tensor_flatten__`` or tensors in the instance ``__dict__``)
@@ -62,7 +66,7 @@ Modules
     ``module_parts(T, module) -> ModuleParts`` (submodules, parameters, buffers, extra
     (label, tensor) pairs: packed weights of dynamic-quantized modules) for eager and
     TorchScript modules; ``is_uninitialized(T, tensor)`` for lazy parameters;
-    ``accelerate_dispatch(module) -> Dispatch | None`` for accelerate-dispatched models (the
+    ``accelerate_dispatch(T, name, submodules) -> Dispatch | None`` for accelerate-dispatched models (the
     real weights in ``weights_map`` with their devices, and the one-line reason not to move).
 Optimizers
     ``optimizer_state_tensors(T, optimizer) -> list[(param, key, tensor)]``: every tensor in the
@@ -163,7 +167,7 @@ class TorchTypes:
     __slots__ = (
         "torch", "Tensor", "Parameter", "Module", "Optimizer", "UntypedStorage", "Size",
         "kinds", "_leaf_types", "special", "Uninitialized", "ScriptModule", "device_names",
-        "dtype_names",
+        "dtype_names", "_seed",
     )  # fmt: skip
 
     _cache: tuple[Any, TorchTypes] | None = None
@@ -206,8 +210,18 @@ class TorchTypes:
             self.Size: Kind.NONE,
         }
         self.kinds.update(dict.fromkeys(_ATOMIC_TYPES, Kind.NONE))
+        self._seed = dict(self.kinds)
         self.device_names: dict[Any, str] = {}
         self.dtype_names: dict[Any, str] = {}
+
+    def forget_types(self) -> None:
+        """Drop the per-type caches filled while walking (the scanner calls this after each
+        scan): a class a user deleted or redefined -- and tensors its class attributes hold --
+        must not stay alive because we once classified one of its instances."""
+        if len(self.kinds) != len(self._seed):
+            self.kinds = dict(self._seed)
+        _layouts.clear()
+        _packing_types.clear()
 
     @classmethod
     def current(cls) -> TorchTypes | None:
@@ -564,20 +578,13 @@ def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[in
     except Exception as error:
         result.skipped.append((path, f"could not read: {type(error).__name__}"))
         return
-    value_type = type(value)
-    escaped = path.replace("{", "{{").replace("}", "}}")  # the path becomes a format string
-    step: Callable[[Any], str]
-    if kind == Kind.SEQUENCE:
-        step = f"{escaped}[{{}}]".format
-    elif kind in ATTRIBUTE_KINDS:
-        step = f"{escaped}.{{}}".format
-    else:
-        step = partial(_step, path, kind, value_type)
-
+    step: Callable[[Any], str] | None = None  # made when the first child needs a path
     child_depth = depth if kind in _PASS_THROUGH else depth + 1
+    visited, cap = result.visited, result.cap
     for key, child in edges:
-        result.visited += 1
-        if result.visited > result.cap:
+        visited += 1
+        if visited > cap:
+            result.visited = visited
             result.truncated = True
             return
         child_type = type(child)
@@ -586,6 +593,8 @@ def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[in
             child_kind = kind_of_type(T, child_type)
         if child_kind == Kind.NONE:
             continue
+        if step is None:
+            step = _stepper(path, kind, type(value))
         if child_kind in LEAVES:
             result.leaves.append(Leaf(step(key), child, child_kind, index, key))
         elif id(child) in seen:
@@ -593,9 +602,22 @@ def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[in
         elif child_depth <= result.max_depth:
             seen.add(id(child))
             result.nodes.append(Node(step(key), child, child_kind, index, key))
+            result.visited = visited
             _walk_node(T, result, len(result.nodes) - 1, child_depth, seen)
             if result.truncated:
                 return
+            visited = result.visited
+    result.visited = visited
+
+
+def _stepper(path: str, kind: str, value_type: type) -> Callable[[Any], str]:
+    """The path of a child from its key (a bound ``str.format`` where the step is plain)."""
+    escaped = path.replace("{", "{{").replace("}", "}}")  # the path becomes a format string
+    if kind == Kind.SEQUENCE:
+        return f"{escaped}[{{}}]".format
+    if kind in ATTRIBUTE_KINDS:
+        return f"{escaped}.{{}}".format
+    return partial(_step, path, kind, value_type)
 
 
 def child_types(value: Any, kind: str) -> set[type] | None:

@@ -1085,6 +1085,22 @@ class Scanner:
             self.last = inventory
             return inventory
         try:
+            inventory = self._scan(T, namespace, previous, include_hidden, changed, recheck)
+        finally:
+            T.forget_types()  # hold no user class (nor what its attributes hold) between scans
+        self.last = inventory
+        return inventory
+
+    def _scan(
+        self,
+        T: TorchTypes,
+        namespace: Mapping[str, Any],
+        previous: Inventory | None,
+        include_hidden: bool,
+        changed: Iterable[str],
+        recheck: bool,
+    ) -> Inventory:
+        try:
             if type(namespace) is dict:  # values() follows keys() order in a plain dict
                 keys, values = list(namespace), list(namespace.values())
             else:
@@ -1115,7 +1131,6 @@ class Scanner:
                 # no module, optimizer or grad-carrying object changed since the previous scan
                 inventory.objects_changed = False
                 inventory._owned_keys = previous._owned_keys
-        self.last = inventory
         return inventory
 
 
