@@ -542,7 +542,7 @@ def _state(ns: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 def test_property_scan_and_move_agree_and_undo_is_exact(simulated_device: str) -> None:
     from hypothesis import HealthCheck, given, settings
 
-    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
     @given(_specs())
     def check(spec: dict[str, Any]) -> None:
         torch.manual_seed(0)
