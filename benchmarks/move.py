@@ -99,7 +99,7 @@ def bench_cuda(n: int, repeats: int) -> None:
         before = torch.cuda.memory_allocated(dev)
         result = move(ns, dev)
         assert result.ok, result.failed
-        predictions.append((result.bytes_moved, torch.cuda.memory_allocated(dev) - before))
+        predictions.append((result.predicted_bytes, torch.cuda.memory_allocated(dev) - before))
         del ns, result
 
     def run_naive() -> None:

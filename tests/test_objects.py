@@ -254,3 +254,77 @@ def test_accelerate_dispatch_reads_the_real_weights_from_the_hooks():
     assert dispatch is not None and "accelerate" in dispatch.reason
     assert {name for name, _ in dispatch.weights} == {"0.weight", "0.bias"}
     assert O.accelerate_dispatch(T, "plain", [torch.nn.Linear(1, 1)]) is None
+
+
+def test_paths_with_braces_and_odd_keys():
+    value = {"{a}": [torch.ones(1)], ("t",): torch.ones(1)}
+    assert set(leaves(value, "d")) == {"d['{a}'][0]", "d[<tuple>]"}
+
+
+# -- property: the walk finds exactly the tensors a structure holds, each path leads back -----
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def _build(shape, made):
+    kind, content = shape
+    if kind == "tensor":
+        tensor = torch.ones(content + 1)
+        made.append(tensor)
+        return tensor
+    if kind == "atom":
+        return content
+    items = [_build(child, made) for child in content]
+    if kind == "list":
+        return items
+    if kind == "tuple":
+        return tuple(items)
+    if kind == "dict":
+        return {f"k{i}": item for i, item in enumerate(items)}
+    if kind == "userdict":
+        return collections.UserDict({f"k{i}": item for i, item in enumerate(items)})
+    holder = Config(None)  # a dataclass; attributes a0, a1... hold the children
+    for i, item in enumerate(items):
+        setattr(holder, f"a{i}", item)
+    return holder
+
+
+shapes = st.recursive(
+    st.one_of(
+        st.tuples(st.just("tensor"), st.integers(0, 3)),
+        st.tuples(st.just("atom"), st.one_of(st.integers(), st.text(max_size=3))),
+    ),
+    lambda children: st.tuples(
+        st.sampled_from(["list", "tuple", "dict", "userdict", "object"]),
+        st.lists(children, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+def _depth_ok(shape, depth=0):
+    """Tensors the walk must reach: those under at most MAX_DEPTH composites."""
+    kind, content = shape
+    if kind == "tensor":
+        return 1
+    if kind == "atom" or depth >= O.MAX_DEPTH:
+        return 0
+    return sum(_depth_ok(child, depth + 1) for child in content)
+
+
+@settings(max_examples=150, deadline=None)
+@given(shapes)
+def test_walk_finds_every_reachable_tensor_and_paths_resolve(shape):
+    made: list = []
+    value = _build(shape, made)
+    walked = O.walk(T, value, "v")
+    assert len(walked.leaves) == _depth_ok(shape)
+    ids = {id(t) for t in made}
+    for leaf in walked.leaves:
+        assert id(leaf.value) in ids
+        if leaf.node >= 0:  # the key leads back to the leaf through the base-class getters
+            node = walked.nodes[leaf.node]
+            assert O._child(node.kind, node.value, leaf.key) is leaf.value
+    spec = O.structure(walked)
+    assert O.signature(T, value, spec) == O.signature(T, value, spec)

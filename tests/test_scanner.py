@@ -366,3 +366,32 @@ def test_simulated_device_reach_and_optimizer_state(simulated_device: str):
     state = records["trainer['opt']"]
     assert state.devices == (simulated_device,) and not state.mixed
     assert state.state_bytes.get(simulated_device) == 2 * 80
+
+
+def test_rescan_sees_a_model_inside_an_object_change_and_reuses_it_otherwise():
+    trainer = Trainer()
+    scanner = Scanner()
+    first = scanner.scan({"trainer": trainer})
+    again = scanner.scan({"trainer": trainer})
+    assert again["trainer.model"] is first["trainer.model"]  # nothing changed: not re-walked
+    assert not again.objects_changed
+    trainer.model(torch.ones(1, 4)).sum().backward()  # gradients appear inside the object
+    after = scanner.scan({"trainer": trainer})
+    assert after["trainer.model"].grad_bytes == 60 and after.objects_changed
+    trainer.model.to("meta")
+    assert scanner.scan({"trainer": trainer})["trainer.model"].devices == ("meta",)
+
+
+def test_scan_keeps_no_user_class_alive():
+    import gc
+    import weakref
+
+    class Holder:
+        mask = torch.ones(1000)  # a class attribute: alive as long as the class is
+
+    namespace = {"holder": Holder()}
+    tdm.scan(namespace)
+    ref = weakref.ref(Holder)
+    del Holder, namespace
+    gc.collect()
+    assert ref() is None

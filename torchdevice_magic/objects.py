@@ -14,6 +14,8 @@ API (for the scanner and the mover)
 -----------------------------------
 ``TorchTypes.current() -> TorchTypes | None``
     torch's classes, looked up once per torch module (None if torch is not imported).
+    ``T.forget_types()`` after a walk (the scanner does it after each scan): the per-type
+    caches must not keep a user's class (and its class attributes) alive.
 ``kind_of(T, value) -> str``
     one of the ``Kind`` constants; cached per type (O(1) for the common types).
     Leaves: TENSOR, PARAMETER, MODULE, OPTIMIZER. Composites (walked): MAPPING (dict and its
@@ -34,20 +36,26 @@ API (for the scanner and the mover)
     ``Walk.nodes``: ``Node(path, value, kind, parent, key)`` (node 0 is the root when it is a
     composite; ``parent`` -1 for the root); ``truncated``, ``visited``, ``skipped`` ((path,
     reason) of objects that could not be read). Cycles and shared sub-containers are entered
-    once. DATALOADER/DATASET edges cost no depth (loader -> Subset -> TensorDataset -> tensors).
+    once (further edges to them: ``Walk.aliases``, (node index, key, composite)).
+    DATALOADER/DATASET edges cost no depth (loader -> Subset -> TensorDataset -> tensors).
 ``is_mutable(value, kind) -> bool``; ``set_child(value, kind, key, child) -> previous child``
     put a moved child back in place (list item, dict item through ``dict.__setitem__``,
     ``UserDict.data`` item, instance ``__dict__`` entry or slot): no setters, no properties.
 ``rebuilt(value, kind, {key: child}) -> new object``
     immutable composites (tuple, namedtuple via ``_make``, frozen dataclass via a shallow copy
     + ``object.__setattr__``) rebuilt with the replaced children; bind the result in the parent.
+``size(value, kind)``; ``instance_dict(value)`` (the ``__dict__`` through the type's own
+descriptor); ``child_types(value, kind) -> set | None``; ``holds_nothing(T, types)``;
+``tensor_children(T, value, kind) -> list | None``
+    one C-level pass over a big list/tuple/dict: the types of its children (a list of 200,000
+    floats is decided without walking it), and every child at once when all are plain tensors.
 ``structure(walk) -> spec``; ``signature(T, value, spec) -> tuple | None``
     cheap "did this structure change?" key: (id, size, id of last child) of each composite
     node, found again from the root by the node keys (O(nodes), not O(elements)): a list that
     was empty when first seen and is appended to later has a new signature. ``spec`` holds no
     reference to user objects (the scan keeps it between cells).
 Storage identity
-    ``add_storages(tensor, device, into) -> int`` adds ``{key: (device, nbytes)}`` for every
+    ``add_storages(T, tensor, device, into: Storages) -> int`` adds ``{key: (device, nbytes)}`` for every
     storage the tensor holds and returns the bytes they would need. Key ``(device, data_ptr)``;
     where ``data_ptr`` is 0 (meta, empty storages, out-of-tree/simulated devices): the wrapped
     inner tensors' storages (``__tensor_flatten__`` or tensors in the instance ``__dict__``)
@@ -58,7 +66,7 @@ Modules
     ``module_parts(T, module) -> ModuleParts`` (submodules, parameters, buffers, extra
     (label, tensor) pairs: packed weights of dynamic-quantized modules) for eager and
     TorchScript modules; ``is_uninitialized(T, tensor)`` for lazy parameters;
-    ``accelerate_dispatch(module) -> Dispatch | None`` for accelerate-dispatched models (the
+    ``accelerate_dispatch(T, name, submodules) -> Dispatch | None`` for accelerate-dispatched models (the
     real weights in ``weights_map`` with their devices, and the one-line reason not to move).
 Optimizers
     ``optimizer_state_tensors(T, optimizer) -> list[(param, key, tensor)]``: every tensor in the
@@ -71,6 +79,8 @@ import copy
 import sys
 import types
 from collections import UserDict
+from collections.abc import Callable
+from functools import partial
 from itertools import chain
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -157,7 +167,7 @@ class TorchTypes:
     __slots__ = (
         "torch", "Tensor", "Parameter", "Module", "Optimizer", "UntypedStorage", "Size",
         "kinds", "_leaf_types", "special", "Uninitialized", "ScriptModule", "device_names",
-        "dtype_names",
+        "dtype_names", "_seed",
     )  # fmt: skip
 
     _cache: tuple[Any, TorchTypes] | None = None
@@ -200,8 +210,18 @@ class TorchTypes:
             self.Size: Kind.NONE,
         }
         self.kinds.update(dict.fromkeys(_ATOMIC_TYPES, Kind.NONE))
+        self._seed = dict(self.kinds)
         self.device_names: dict[Any, str] = {}
         self.dtype_names: dict[Any, str] = {}
+
+    def forget_types(self) -> None:
+        """Drop the per-type caches filled while walking (the scanner calls this after each
+        scan): a class a user deleted or redefined -- and tensors its class attributes hold --
+        must not stay alive because we once classified one of its instances."""
+        if len(self.kinds) != len(self._seed):
+            self.kinds = dict(self._seed)
+        _layouts.clear()
+        _packing_types.clear()
 
     @classmethod
     def current(cls) -> TorchTypes | None:
@@ -291,7 +311,7 @@ def _classify(T: TorchTypes, tp: type) -> str:
     return Kind.NONE
 
 
-def _class_attr(mro: tuple, name: str) -> Any:
+def _class_attr(mro: tuple[type, ...], name: str) -> Any:
     """A class attribute found in the MRO's own dicts (no descriptors run, no metaclass)."""
     for cls in mro:
         try:
@@ -336,7 +356,7 @@ def _layout(tp: type) -> tuple[Any, tuple[tuple[str, Any], ...]]:
     return result
 
 
-def instance_dict(value: Any) -> dict | None:
+def instance_dict(value: Any) -> dict[Any, Any] | None:
     """The instance ``__dict__`` read through the type's own descriptor (never a property)."""
     descriptor = _layout(type(value))[0]
     if descriptor is None:
@@ -346,6 +366,15 @@ def instance_dict(value: Any) -> dict | None:
     except Exception:
         return None
     return found if type(found) is dict else None
+
+
+def _userdict_data(value: Any) -> dict[Any, Any]:
+    """A UserDict's ``data`` dict, from the instance dict (raises if it has none)."""
+    own = instance_dict(value)
+    data = own.get("data") if own is not None else None
+    if not isinstance(data, dict):
+        raise TypeError("a UserDict without a data dict")
+    return data
 
 
 def is_uninitialized(T: TorchTypes, tensor: Any) -> bool:
@@ -379,7 +408,7 @@ def children(T: TorchTypes, value: Any, kind: str) -> list[tuple[Any, Any]]:
         edges: list[tuple[Any, Any]] = []
         own = instance_dict(value)
         if own is not None:
-            edges.extend((k, v) for k, v in dict.items(own) if type(k) is str)
+            edges.extend(dict.items(own))
         for name, member in _layout(type(value))[1]:
             try:
                 edges.append((name, member.__get__(value)))
@@ -394,7 +423,7 @@ def _values(value: Any, kind: str) -> Any:
     if kind == Kind.MAPPING:
         return dict.values(value)
     if kind == Kind.USERDICT:
-        return dict.values(instance_dict(value)["data"])
+        return dict.values(_userdict_data(value))
     return tuple.__iter__(value) if isinstance(value, tuple) else list.__iter__(value)
 
 
@@ -409,6 +438,14 @@ def _size(value: Any, kind: str) -> int:
         return dict.__len__(data) if isinstance(data, dict) else -1
     own = instance_dict(value)
     return dict.__len__(own) if own is not None else -1
+
+
+def size(value: Any, kind: str) -> int:
+    """How many children a composite has (base-class ``len``; -1 if unknown), O(1)."""
+    try:
+        return _size(value, kind)
+    except Exception:
+        return -1
 
 
 def _last_id(value: Any, kind: str) -> int:
@@ -460,6 +497,10 @@ def label(kind: str, key: Any, value_type: type | None = None) -> str:
 # The walk
 
 
+#: the shape of a walk without its values: (parent index, key, kind) per composite node
+Spec = tuple[tuple[int, Any, str], ...]
+
+
 class Leaf(NamedTuple):
     path: str
     value: Any
@@ -477,11 +518,16 @@ class Node(NamedTuple):
 
 
 class Walk:
-    __slots__ = ("leaves", "nodes", "visited", "truncated", "skipped", "cap", "max_depth")
+    __slots__ = (
+        "leaves", "nodes", "aliases", "visited", "truncated", "skipped", "cap", "max_depth",
+    )  # fmt: skip
 
     def __init__(self, cap: int, max_depth: int) -> None:
         self.leaves: list[Leaf] = []
         self.nodes: list[Node] = []
+        #: (index of the node holding it, key, composite) for each further edge to a composite
+        #: already entered (a tuple held in two places): the mover puts a rebuilt one there too
+        self.aliases: list[tuple[int, Any, Any]] = []
         self.visited = 0
         self.truncated = False
         self.skipped: list[tuple[str, str]] = []
@@ -514,6 +560,10 @@ def walk(
     return result
 
 
+def _step(path: str, kind: str, value_type: type, key: Any) -> str:
+    return path + label(kind, key, value_type)
+
+
 def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[int]) -> None:
     node = result.nodes[index]
     value, kind, path = node.value, node.kind, node.path
@@ -528,11 +578,13 @@ def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[in
     except Exception as error:
         result.skipped.append((path, f"could not read: {type(error).__name__}"))
         return
-    value_type = type(value)
+    step: Callable[[Any], str] | None = None  # made when the first child needs a path
     child_depth = depth if kind in _PASS_THROUGH else depth + 1
+    visited, cap = result.visited, result.cap
     for key, child in edges:
-        result.visited += 1
-        if result.visited > result.cap:
+        visited += 1
+        if visited > cap:
+            result.visited = visited
             result.truncated = True
             return
         child_type = type(child)
@@ -541,21 +593,60 @@ def _walk_node(T: TorchTypes, result: Walk, index: int, depth: int, seen: set[in
             child_kind = kind_of_type(T, child_type)
         if child_kind == Kind.NONE:
             continue
+        if step is None:
+            step = _stepper(path, kind, type(value))
         if child_kind in LEAVES:
-            result.leaves.append(
-                Leaf(path + label(kind, key, value_type), child, child_kind, index, key)
-            )
-        elif child_depth <= result.max_depth and id(child) not in seen:
+            result.leaves.append(Leaf(step(key), child, child_kind, index, key))
+        elif id(child) in seen:
+            result.aliases.append((index, key, child))
+        elif child_depth <= result.max_depth:
             seen.add(id(child))
-            result.nodes.append(
-                Node(path + label(kind, key, value_type), child, child_kind, index, key)
-            )
+            result.nodes.append(Node(step(key), child, child_kind, index, key))
+            result.visited = visited
             _walk_node(T, result, len(result.nodes) - 1, child_depth, seen)
             if result.truncated:
                 return
+            visited = result.visited
+    result.visited = visited
 
 
-def structure(walked: Walk) -> tuple[tuple[int, Any, str], ...]:
+def _stepper(path: str, kind: str, value_type: type) -> Callable[[Any], str]:
+    """The path of a child from its key (a bound ``str.format`` where the step is plain)."""
+    escaped = path.replace("{", "{{").replace("}", "}}")  # the path becomes a format string
+    if kind == Kind.SEQUENCE:
+        return f"{escaped}[{{}}]".format
+    if kind in ATTRIBUTE_KINDS:
+        return f"{escaped}.{{}}".format
+    return partial(_step, path, kind, value_type)
+
+
+def child_types(value: Any, kind: str) -> set[type] | None:
+    """The types of a list/tuple/dict's children in one C-level pass (None: not readable)."""
+    if kind not in CONTAINERS:
+        return None
+    try:
+        return set(map(type, _values(value, kind)))
+    except Exception:
+        return None
+
+
+def holds_nothing(T: TorchTypes, types: set[type]) -> bool:
+    """Whether children of these types can hold no tensor (numbers, strings, ...)."""
+    kinds = T.kinds
+    return all(kinds.get(tp) == Kind.NONE for tp in types)
+
+
+def tensor_children(T: TorchTypes, value: Any, kind: str) -> list[Any] | None:
+    """All children of a list/tuple/dict whose children are all plain ``Tensor``s or
+    ``Parameter``s (a batch list, a dict of activations), in one C-level pass, no paths.
+    Check :func:`child_types` first; None when the container cannot be read."""
+    try:
+        return list(_values(value, kind))
+    except Exception:
+        return None
+
+
+def structure(walked: Walk) -> Spec:
     """The shape of what a walk entered, without references to user objects: one
     (parent index, key, kind) per composite node, for :func:`signature`. Nodes under a key that
     is not a plain str/int (it could keep an object alive) are left out, with their subtrees."""
@@ -573,11 +664,17 @@ def structure(walked: Walk) -> tuple[tuple[int, Any, str], ...]:
     return tuple(spec)
 
 
-def signature(T: TorchTypes, value: Any, spec: tuple[tuple[int, Any, str], ...]) -> tuple | None:
+def signature(T: TorchTypes, value: Any, spec: Spec) -> tuple[Any, ...] | None:
     """Changes when a composite the walk entered gains, loses or replaces children: (id, size,
     id of the last child) per node, each found again from ``value`` by its key: O(nodes)."""
     if not spec:
         return None
+    if len(spec) == 1:  # the common watch: one container or object, looked at O(1)
+        kind = spec[0][2]
+        try:
+            return ((id(value), _size(value, kind), _last_id(value, kind)),)
+        except Exception:
+            return ("changed",)
     found: list[Any] = []
     out: list[Any] = []
     try:
@@ -598,7 +695,7 @@ def _child(kind: str, parent: Any, key: Any) -> Any:
             return tuple.__getitem__(parent, key)
         return list.__getitem__(parent, key)
     if kind == Kind.USERDICT:
-        return dict.__getitem__(instance_dict(parent)["data"], key)
+        return dict.__getitem__(_userdict_data(parent), key)
     own = instance_dict(parent)
     if own is not None and key in own:
         return own[key]
@@ -640,7 +737,7 @@ def set_child(value: Any, kind: str, key: Any, child: Any) -> Any:
         list.__setitem__(value, key, child)
         return old
     if kind == Kind.USERDICT:
-        data = instance_dict(value)["data"]
+        data = _userdict_data(value)
         old = dict.__getitem__(data, key)
         dict.__setitem__(data, key, child)
         return old
@@ -662,7 +759,7 @@ def rebuilt(value: Any, kind: str, replacements: dict[Any, Any]) -> Any:
     if kind in (Kind.SEQUENCE, Kind.NAMEDTUPLE) and isinstance(value, tuple):
         items = [replacements.get(i, item) for i, item in enumerate(tuple.__iter__(value))]
         if kind == Kind.NAMEDTUPLE:
-            return type(value)._make(items)
+            return type(value)._make(items)  # type: ignore[attr-defined]
         if type(value) is tuple:
             return tuple(items)
         return type(value)(items)
@@ -678,7 +775,12 @@ def rebuilt(value: Any, kind: str, replacements: dict[Any, Any]) -> Any:
 # Storage identity
 
 
-def add_storages(T: TorchTypes, tensor: Any, device: str, into: dict) -> int:
+StorageKey = tuple[Any, ...]
+#: storage key -> (device, nbytes the storage holds, or would need on meta)
+Storages = dict[StorageKey, tuple[str, int]]
+
+
+def add_storages(T: TorchTypes, tensor: Any, device: str, into: Storages) -> int:
     """Add ``{storage key: (device, nbytes)}`` for the tensor's storage(s) to ``into``;
     return the bytes they would need (what meta storages would take)."""
     try:
@@ -717,7 +819,7 @@ def inner_tensors(T: TorchTypes, tensor: Any) -> list[Any]:
     return [t for t in found if isinstance(t, T.Tensor) and t is not tensor]
 
 
-def _unusual_storages(T: TorchTypes, tensor: Any, device: str, into: dict) -> int:
+def _unusual_storages(T: TorchTypes, tensor: Any, device: str, into: Storages) -> int:
     """Sparse, nested, wrapper-subclass and fake tensors have no plain storage."""
     inner: list[Any] = []
     try:
@@ -914,7 +1016,8 @@ def accelerate_dispatch(T: TorchTypes, name: str, submodules: list[Any]) -> Disp
             state = weights_map
         else:
             own = instance_dict(weights_map) or {}
-            state = own.get("state_dict") if isinstance(own.get("state_dict"), dict) else {}
+            found = own.get("state_dict")
+            state = found if isinstance(found, dict) else {}
             keys = own.get("all_keys")
             if isinstance(keys, list):
                 on_disk.update(k for k in keys if isinstance(k, str) and k not in state)
@@ -979,6 +1082,13 @@ __all__ = [
     "walk",
     "signature",
     "structure",
+    "tensor_children",
+    "child_types",
+    "holds_nothing",
+    "size",
+    "Spec",
+    "StorageKey",
+    "Storages",
     "is_mutable",
     "set_child",
     "rebuilt",

@@ -24,14 +24,14 @@ import dataclasses
 import re
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain, compress, repeat
 from operator import attrgetter, methodcaller, ne
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from . import objects
-from .objects import Kind, TorchTypes
+from .objects import Kind, StorageKey, Storages, TorchTypes
 from .records import DeviceTotal, Record
 from .units import device_sort_key, format_bytes
 
@@ -63,7 +63,7 @@ def is_ipython_bookkeeping(name: str) -> bool:
 
 
 class _Grad(NamedTuple):
-    key: tuple
+    key: StorageKey
     device: str
     nbytes: int
 
@@ -79,7 +79,7 @@ class _TensorFacts(NamedTuple):
     dtype: Any
     shape: Any
     requires_grad: bool
-    key: tuple
+    key: StorageKey
     nbytes: int
     grad: _Grad | None
 
@@ -97,7 +97,7 @@ class _Entry:
         self,
         object_id: int,
         records: list[Record],
-        storages: dict[tuple, tuple[str, int]],
+        storages: Storages,
         signature: Any = None,
         ref: Any = None,
         volatile: bool = False,
@@ -112,20 +112,20 @@ class _Entry:
         self.volatile = volatile
         self.kind = kind or (records[0].kind if records else "")
         # For entries with several records (a small container): each record's storage keys.
-        self.record_keys: list[Iterable[tuple]] | None = None
+        self.record_keys: list[Iterable[StorageKey]] | None = None
         # ids of the tensors this entry reaches (a module's parameters and buffers, a
         # container's tensors) or, for an optimizer, of the parameters it updates
         self.tensor_ids: tuple[int, ...] = ()
         # composites: the shape of what was walked (keys only), for objects.signature
-        self.structure: tuple | None = None
+        self.structure: objects.Spec | None = None
 
-    def keys_per_record(self) -> Iterable[tuple[Record, Iterable[tuple]]]:
+    def keys_per_record(self) -> Iterable[tuple[Record, Iterable[StorageKey]]]:
         if self.record_keys is None:
             return ((record, self.storages.keys()) for record in self.records)
         return zip(self.records, self.record_keys, strict=True)
 
 
-def _entry_storages(entry: Any) -> Mapping[tuple, tuple[str, int]]:
+def _entry_storages(entry: Any) -> Mapping[StorageKey, tuple[str, int]]:
     return _facts_storages(entry) if type(entry) is _TensorFacts else entry.storages
 
 
@@ -162,7 +162,7 @@ def _device_names_of(T: TorchTypes, tensors: list[Any]) -> list[str]:
 
 
 def _read_storages(
-    T: TorchTypes, tensors: list[Any], devices: list[str], into: dict[tuple, tuple[str, int]]
+    T: TorchTypes, tensors: list[Any], devices: list[str], into: Storages
 ) -> list[int]:
     """Each tensor's storage bytes, with its key added to ``into``.
 
@@ -188,7 +188,7 @@ def _grad_facts(T: TorchTypes, tensor: Any) -> _Grad | None:
     grad = tensor.grad
     if grad is None:
         return None
-    into: dict[tuple, tuple[str, int]] = {}
+    into: Storages = {}
     device = T.device_name(grad.device)
     objects.add_storages(T, grad, device, into)
     key, (_, nbytes) = next(iter(into.items()))
@@ -221,7 +221,7 @@ def _plain_tensor_facts(T: TorchTypes, tensor: Any, tp: type) -> _TensorFacts | 
         return None
 
 
-def _facts_storages(facts: _TensorFacts) -> dict[tuple, tuple[str, int]]:
+def _facts_storages(facts: _TensorFacts) -> Storages:
     storages = {facts.key: (facts.device, facts.nbytes)}
     grad = facts.grad
     if grad is not None:
@@ -268,7 +268,16 @@ class _Columns:
         "_records",
     )  # fmt: skip
 
-    def __init__(self, names, ids, devices, dtypes, shapes, pointers, sizes) -> None:
+    def __init__(
+        self,
+        names: list[str],
+        ids: list[int],
+        devices: list[str],
+        dtypes: list[Any],
+        shapes: list[Any],
+        pointers: list[int],
+        sizes: list[int],
+    ) -> None:
         self.names: list[str] = names
         self.ids: list[int] = ids
         self.devices: list[str] = devices
@@ -287,10 +296,10 @@ class _Columns:
             self._position = dict(zip(self.names, range(len(self.names))))  # noqa: B905
         return self._position
 
-    def key(self, index: int) -> tuple:
+    def key(self, index: int) -> StorageKey:
         return (self.devices[index], self.pointers[index])
 
-    def keys(self) -> list[tuple]:
+    def keys(self) -> list[StorageKey]:
         return list(zip(self.devices, self.pointers))  # noqa: B905 - same lengths
 
     def record(self, T: TorchTypes, index: int) -> Record:
@@ -363,7 +372,9 @@ def _read_columns(
     return columns, volatile
 
 
-def _batch_careful(T: TorchTypes, names: list[str], tensors: list[Any], into: dict) -> list[str]:
+def _batch_careful(
+    T: TorchTypes, names: list[str], tensors: list[Any], into: dict[str, Any]
+) -> list[str]:
     volatile = []
     for name, tensor in zip(names, tensors, strict=True):
         entry = _inspect(T, name, tensor)
@@ -409,7 +420,7 @@ def _dtensor_local(tensor: Any) -> Any:
 
 
 def _tensor_record(
-    T: TorchTypes, tensor: Any, tp: type, name: str, root: str, storages: dict
+    T: TorchTypes, tensor: Any, tp: type, name: str, root: str, storages: Storages
 ) -> Record:
     """The careful path: any tensor, whatever its layout, subclass or device."""
     if objects.is_uninitialized(T, tensor):
@@ -463,7 +474,7 @@ def _tensor_record(
     )
 
 
-def _bytes_by_device(storages: Mapping[tuple, tuple[str, int]]) -> dict[str, int]:
+def _bytes_by_device(storages: Mapping[StorageKey, tuple[str, int]]) -> dict[str, int]:
     by_device: dict[str, int] = {}
     for device, nbytes in storages.values():
         by_device[device] = by_device.get(device, 0) + (0 if device == "meta" else nbytes)
@@ -479,7 +490,7 @@ _buffers_of = attrgetter("_buffers")
 _children_of = attrgetter("_modules")
 
 
-def _module_signature(T: TorchTypes, submodules: list[Any]) -> tuple:
+def _module_signature(T: TorchTypes, submodules: list[Any]) -> tuple[Any, ...]:
     """What changes when a module moves, gains or drops gradients, or swaps a child/parameter.
 
     Built with ``map``/``chain`` over C-level getters: the hook computes this after every cell.
@@ -517,8 +528,8 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
     parts = objects.module_parts(T, module)
     submodules, params, buffers = parts.submodules, parts.params, parts.buffers
     # per-record bytes count each storage once (tied weights, parameters sharing a storage)
-    param_storages: dict[tuple, tuple[str, int]] = {}
-    buffer_storages: dict[tuple, tuple[str, int]] = {}
+    param_storages: Storages = {}
+    buffer_storages: Storages = {}
     param_devices = _device_names_of(T, params)
     buffer_devices = _device_names_of(T, buffers)
     _read_storages(T, params, param_devices, param_storages)
@@ -529,14 +540,15 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
         if key is None:
             objects.add_storages(T, tensor, device, param_storages)
         else:  # packed weights: unpacked on request, keyed by their packed holder
-            param_storages[(device, *key)] = (device, tensor.untyped_storage().nbytes())
+            packed_key = (device, *key)
+            param_storages[packed_key] = (device, tensor.untyped_storage().nbytes())
     for key in param_storages:
         buffer_storages.pop(key, None)
     param_bytes = _bytes_by_device(param_storages)
     buffer_bytes = _bytes_by_device(buffer_storages)
     storages = {**param_storages, **buffer_storages}
     grads = [g for g in map(_get_grad, params) if g is not None]
-    grad_storages: dict[tuple, tuple[str, int]] = {}
+    grad_storages: Storages = {}
     _read_storages(T, grads, _device_names_of(T, grads), grad_storages)
     grad_bytes = _bytes_by_device(grad_storages)
     storages.update(grad_storages)
@@ -548,7 +560,7 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
     if _may_be_dispatched(submodules):
         dispatch = objects.accelerate_dispatch(T, name, submodules)
     if dispatch is not None:
-        offloaded: dict[tuple, tuple[str, int]] = {}
+        offloaded: Storages = {}
         for _, tensor in dispatch.weights:
             device = T.device_name(tensor.device)
             objects.add_storages(T, tensor, device, offloaded)
@@ -625,7 +637,7 @@ def _may_be_dispatched(submodules: list[Any]) -> bool:
 # Optimizers
 
 
-def _optimizer_signature(T: TorchTypes, optimizer: Any) -> tuple:
+def _optimizer_signature(T: TorchTypes, optimizer: Any) -> tuple[Any, ...]:
     """Changes when state appears, is replaced (load_state_dict, or a tensor swapped inside a
     parameter's state), when list state grows (LBFGS history), or when the parameters move."""
     state = optimizer.state
@@ -645,7 +657,7 @@ def _optimizer_signature(T: TorchTypes, optimizer: Any) -> tuple:
 
 
 def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None = None) -> _Entry:
-    storages: dict[tuple, tuple[str, int]] = {}
+    storages: Storages = {}
     tensor_type = T.Tensor
     params = [p for p in objects.optimizer_params(optimizer) if isinstance(p, tensor_type)]
     param_device = dict(zip(map(id, params), _device_names_of(T, params), strict=True))
@@ -722,6 +734,15 @@ def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None 
 
 
 def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
+    if kind in objects.CONTAINERS and objects.size(value, kind) > AGGREGATE_ABOVE:
+        # one C-level pass over the children's types decides the big containers
+        types = objects.child_types(value, kind)
+        if types is not None and objects.holds_nothing(T, types):
+            return _watch_entry(T, value, ((-1, None, kind),))
+        if types is not None and {T.Tensor, T.Parameter}.issuperset(types):
+            tensors = objects.tensor_children(T, value, kind)
+            if tensors is not None and len(tensors) <= CONTAINER_ELEMENT_CAP:
+                return _tensor_list_entry(T, value, name, kind, tensors)
     walked = objects.walk(T, value, name, kind=kind)
     structure = objects.structure(walked)
     leaves = walked.leaves
@@ -731,16 +752,16 @@ def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
         # thousands of config/record objects must cost next to nothing on rescans.
         if kind in objects.ATTRIBUTE_KINDS:
             structure = structure[:1]
-        entry = _Entry(id(value), [], {}, objects.signature(T, value, structure), kind="watch")
-        entry.structure = structure
-        return entry
-    storages: dict[tuple, tuple[str, int]] = {}
+        return _watch_entry(T, value, structure)
+    storages: Storages = {}
     aggregate = len(leaves) > AGGREGATE_ABOVE or walked.truncated
     records: list[Record] = []
-    record_keys: list[Iterable[tuple]] = []
+    record_keys: list[Iterable[StorageKey]] = []
     reached: list[int] = []
     summary = _ContainerSummary()
-    volatile = False
+    volatile = False  # grad-carrying tensors inside: looked at again on every recheck
+    # modules and optimizers inside: (kind, weak reference(s), signature), checked cheaply
+    held: list[tuple[str, Any, tuple[Any, ...]]] = []
     for leaf in leaves:
         path, item, item_kind = leaf.path, leaf.value, leaf.kind
         item_type = type(item)
@@ -757,7 +778,6 @@ def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
                 continue
             record = _facts_record(T, path, facts, root=name)
         elif item_kind == Kind.MODULE or item_kind == Kind.OPTIMIZER:
-            volatile = True
             try:
                 if item_kind == Kind.MODULE:
                     sub_entry = _module_entry(T, item, path, root=name)
@@ -765,8 +785,10 @@ def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
                 else:
                     sub_entry = _optimizer_entry(T, item, path, root=name)
                 record, own = sub_entry.records[0], sub_entry.storages
+                held.append((item_kind, sub_entry.ref, sub_entry.signature))
             except Exception as error:
                 record, own = _unreadable(path, item, error, root=name), {}
+                volatile = True
         else:
             reached.append(id(item))
             own = {}
@@ -787,10 +809,67 @@ def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
         entry = _Entry(id(value), records, storages)
         entry.record_keys = record_keys
     entry.kind = "composite"
-    entry.volatile = volatile
+    entry.volatile = volatile or bool(held)
+    entry.ref = None if volatile else held
     entry.structure = structure
     entry.signature = objects.signature(T, value, structure)
     entry.tensor_ids = tuple(reached)
+    return entry
+
+
+def _watch_entry(T: TorchTypes, value: Any, structure: objects.Spec) -> _Entry:
+    """A composite holding nothing of ours (yet): no records, watched by its structure."""
+    entry = _Entry(id(value), [], {}, objects.signature(T, value, structure), kind="watch")
+    entry.structure = structure
+    return entry
+
+
+def _tensor_list_entry(
+    T: TorchTypes, value: Any, name: str, kind: str, tensors: list[Any]
+) -> _Entry:
+    """A big container of plain tensors: one aggregated record, its facts read column-wise."""
+    storages: Storages = {}
+    devices = _device_names_of(T, tensors)
+    _read_storages(T, tensors, devices, storages)
+    requires_grad = list(map(_get_requires_grad, tensors))
+    grad_bytes = 0
+    if True in requires_grad:
+        for tensor in compress(tensors, requires_grad):
+            grad = _grad_facts(T, tensor)
+            if grad is not None:
+                storages[grad.key] = (grad.device, grad.nbytes)
+                grad_bytes += 0 if grad.device == "meta" else grad.nbytes
+    by_device = _bytes_by_device(storages)
+    device_names = tuple(sorted(by_device, key=device_sort_key))
+    types = {tp.__name__ for tp in set(map(type, tensors))}
+    element_type = types.pop() if len(types) == 1 else "mixed"
+    dtypes = set(map(_get_dtype, tensors))
+    movable = "meta" not in by_device
+    record = Record(
+        name,
+        name,
+        "container",
+        f"{type(value).__name__}[{element_type}]",
+        device_names,
+        T.dtype_name(dtypes.pop()) if len(dtypes) == 1 else "mixed",
+        None,
+        sum(map(T.Tensor.numel, tensors)),
+        sum(by_device.values()),
+        sum(nbytes for _, nbytes in storages.values()),
+        True in requires_grad,
+        grad_bytes,
+        by_device,
+        mixed=len(device_names) > 1,
+        note=f"{len(tensors):,} {element_type} objects",
+        movable=movable,
+        movable_reason="" if movable else "holds meta tensors (no data)",
+        element_count=len(tensors),
+    )
+    entry = _Entry(id(value), [record], storages, kind="composite")
+    entry.volatile = True in requires_grad
+    entry.structure = ((-1, None, kind),)
+    entry.signature = objects.signature(T, value, entry.structure)
+    entry.tensor_ids = tuple(map(id, tensors))
     return entry
 
 
@@ -828,7 +907,7 @@ class _ContainerSummary:
         self.grad_bytes += record.grad_bytes
         self.movable = self.movable and record.movable
 
-    def record(self, value: Any, name: str, storages: dict, walked: objects.Walk) -> Record:
+    def record(self, value: Any, name: str, storages: Storages, walked: objects.Walk) -> Record:
         by_device = _bytes_by_device(storages)
         devices = tuple(sorted(by_device, key=device_sort_key))
         element_type = next(iter(self.types)) if len(self.types) == 1 else "mixed"
@@ -885,7 +964,7 @@ def _inspect(T: TorchTypes, name: str, value: Any) -> _Entry | _TensorFacts | No
                 return facts
         kind = objects.kind_of(T, value)
         if kind == Kind.TENSOR or kind == Kind.PARAMETER:
-            storages: dict[tuple, tuple[str, int]] = {}
+            storages: Storages = {}
             record = _tensor_record(T, value, tp, name, name, storages)
             # A Parameter can't be weakly referenced (swap-based Module._apply refuses such
             # tensors) and a tensor's grad can appear in any cell: re-check both next time.
@@ -911,7 +990,7 @@ def _safe_type_name(value: Any) -> str:
 
 def _still_same(T: TorchTypes, entry: _Entry | _TensorFacts, value: Any) -> bool:
     """Whether a name that still holds the same object id still has the same facts."""
-    if type(entry) is _TensorFacts:
+    if not isinstance(entry, _Entry):
         return False  # a grad-carrying tensor or a Parameter: cheap enough to look again
     try:
         kind = entry.kind
@@ -920,9 +999,23 @@ def _still_same(T: TorchTypes, entry: _Entry | _TensorFacts, value: Any) -> bool
             return submodules is not None and _module_signature(T, submodules) == entry.signature
         if kind == Kind.OPTIMIZER:
             return entry.ref() is value and _optimizer_signature(T, value) == entry.signature
-        if entry.structure is not None and not entry.volatile:
-            # a container or object holding plain tensors, or nothing of ours yet
-            return objects.signature(T, value, entry.structure) == entry.signature
+        if entry.structure is not None:
+            # a container or object: the same shape, and the modules/optimizers it holds
+            # unchanged (grad-carrying tensors inside: always looked at again)
+            if entry.volatile and entry.ref is None:
+                return False
+            if objects.signature(T, value, entry.structure) != entry.signature:
+                return False
+            for held_kind, ref, signature in entry.ref or ():
+                if held_kind == Kind.MODULE:
+                    submodules = _live_submodules(ref)
+                    if submodules is None or _module_signature(T, submodules) != signature:
+                        return False
+                else:
+                    optimizer = ref()
+                    if optimizer is None or _optimizer_signature(T, optimizer) != signature:
+                        return False
+            return True
     except Exception:
         return False
     return False  # tensors with requires_grad / Parameters / composites holding modules
@@ -992,6 +1085,22 @@ class Scanner:
             self.last = inventory
             return inventory
         try:
+            inventory = self._scan(T, namespace, previous, include_hidden, changed, recheck)
+        finally:
+            T.forget_types()  # hold no user class (nor what its attributes hold) between scans
+        self.last = inventory
+        return inventory
+
+    def _scan(
+        self,
+        T: TorchTypes,
+        namespace: Mapping[str, Any],
+        previous: Inventory | None,
+        include_hidden: bool,
+        changed: Iterable[str],
+        recheck: bool,
+    ) -> Inventory:
+        try:
             if type(namespace) is dict:  # values() follows keys() order in a plain dict
                 keys, values = list(namespace), list(namespace.values())
             else:
@@ -1014,7 +1123,7 @@ class Scanner:
             torch=T,
             record_cache=previous._record_cache if previous is not None else None,
         )
-        if state is not None:
+        if previous is not None and state is not None:
             before, after = state.entries, new_state.entries
             if new_state.volatile == state.volatile and all(
                 before.get(n) is after.get(n) for n in new_state.volatile
@@ -1022,7 +1131,6 @@ class Scanner:
                 # no module, optimizer or grad-carrying object changed since the previous scan
                 inventory.objects_changed = False
                 inventory._owned_keys = previous._owned_keys
-        self.last = inventory
         return inventory
 
 
@@ -1158,11 +1266,17 @@ def _hidden_entries(
     T: TorchTypes, namespace: Mapping[str, Any], state: _State
 ) -> dict[str, _Entry]:
     """Objects kept alive only by IPython's output history (``Out[12]``, ``_``)."""
-    visible_keys: set[tuple] = set()
+    visible_keys: set[StorageKey] = set()
     for entry in state.entries.values():
         visible_keys.update(_entry_storages(entry))
-    if state.columns is not None:
-        visible_keys.update(state.columns.keys())
+    columns = state.columns
+    if columns is not None:
+        dropped = state.dropped
+        visible_keys.update(
+            key
+            for name, key in zip(columns.names, columns.keys(), strict=True)
+            if name not in dropped
+        )
     found: dict[str, _Entry] = {}
     seen_ids: set[int] = set()
     candidates: list[tuple[str, Any]] = []
@@ -1238,8 +1352,8 @@ class Inventory:
         self._records: list[Record] | None = None
         self._built: list[tuple[Any, list[Record]]] | None = None
         self._totals: dict[str, int] | None = None
-        self._storages: dict[tuple, tuple[str, int]] | None = None
-        self._owned_keys: set[tuple] | None = None
+        self._storages: Storages | None = None
+        self._owned_keys: set[StorageKey] | None = None
         #: False when a rescan found every module and optimizer as it was before
         self.objects_changed = True
 
@@ -1275,7 +1389,7 @@ class Inventory:
         gone = {position[name] for name in dropped if name in position}
         return columns, [i for i in range(len(columns)) if i not in gone]
 
-    def _column_keys(self) -> list[tuple]:
+    def _column_keys(self) -> list[StorageKey]:
         columns, live = self._live_columns()
         keys = columns.keys()
         return keys if live is None else [keys[i] for i in live]
@@ -1298,6 +1412,9 @@ class Inventory:
         are built here (an entry that is an int is an index into the columns)."""
         if self._built is None:
             T = self._torch
+            if T is None:  # torch not imported: nothing to list
+                self._built = []
+                return self._built
             built: list[tuple[Any, list[Record]]] = []
             cache = self._record_cache
             fresh_cache: dict[str, tuple[Any, list[Record]]] = {}
@@ -1329,16 +1446,15 @@ class Inventory:
             self._record_cache = fresh_cache
         return self._built
 
-    def _storages_of(self, entry: Any) -> Mapping[tuple, tuple[str, int]] | tuple:
+    def _storages_of(self, entry: Any) -> Mapping[StorageKey, tuple[str, int]] | tuple[Any, ...]:
         if type(entry) is int:
-            columns = self._state.columns
-            return (columns.key(entry),)
+            return ((self._state.columns or _NO_COLUMNS).key(entry),)
         return _entry_storages(entry)
 
     def __len__(self) -> int:
         return len(self.records)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Record]:
         return iter(self.records)
 
     def __getitem__(self, name: str) -> Record:
@@ -1360,7 +1476,7 @@ class Inventory:
                 found.append(name)
         return found
 
-    def roots(self) -> MappingProxyType:
+    def roots(self) -> MappingProxyType[str, list[Record]]:
         by_root: dict[str, list[Record]] = {}
         for record in self.records:
             if not record.hidden:
@@ -1380,13 +1496,13 @@ class Inventory:
         shared_keys = {key for key, count in counts.items() if count > 1}
         if not shared_keys:
             return records
-        owners: dict[tuple, list[str]] = {}
+        owners: dict[StorageKey, list[str]] = {}
         for entry, entry_records in built:
             storage_keys = self._storages_of(entry)
             if shared_keys.isdisjoint(storage_keys):
                 continue
             if type(entry) is int or type(entry) is _TensorFacts:
-                pairs: Iterable = zip(entry_records, [storage_keys], strict=True)
+                pairs: Iterable[Any] = zip(entry_records, [storage_keys], strict=True)
             else:
                 pairs = entry.keys_per_record()
             for record, keys in pairs:
@@ -1406,7 +1522,7 @@ class Inventory:
         ]
 
     # -- totals ------------------------------------------------------------------------------
-    def _unique_storages(self) -> dict[tuple, tuple[str, int]]:
+    def _unique_storages(self) -> Storages:
         if self._storages is None:
             columns, live = self._live_columns()
             sizes = zip(columns.devices, columns.sizes)  # noqa: B905 - same lengths
@@ -1425,7 +1541,7 @@ class Inventory:
             self._storages = merged
         return self._storages
 
-    def storages(self) -> dict[tuple, tuple[str, int]]:
+    def storages(self) -> Storages:
         """Every storage the listed objects reach, once: ``{storage key: (device, nbytes)}``.
 
         The key is ``(device, data_ptr)`` (or the storage's own address, or the wrapped
@@ -1481,17 +1597,17 @@ class Inventory:
         buffer or parameter under another name: changing it in place changes the module)."""
         entry = self._entries.get(name)
         if entry is not None:
-            keys: Iterable[tuple] = _entry_storages(entry).keys()
+            keys: Iterable[StorageKey] = _entry_storages(entry).keys()
         else:
             index = self._column_of(name)
             if index is None:
                 return False
-            keys = (self._state.columns.key(index),)
+            keys = ((self._state.columns or _NO_COLUMNS).key(index),)
         return not self._module_keys().isdisjoint(keys)
 
-    def _module_keys(self) -> set[tuple]:
+    def _module_keys(self) -> set[StorageKey]:
         if self._owned_keys is None:
-            owned: set[tuple] = set()
+            owned: set[StorageKey] = set()
             for name in self._volatile:
                 entry = self._entries.get(name)
                 if entry is not None and type(entry) is not _TensorFacts:
@@ -1503,7 +1619,7 @@ class Inventory:
         """Modules spanning devices and optimizers whose state sits away from its parameters.
         Cheap: only modules and optimizers (always among the volatile names) are looked at."""
         entries = self._entries
-        mixed = []
+        mixed: list[Record] = []
         for name in self._volatile:
             entry = entries.get(name)
             if entry is not None and type(entry) is not _TensorFacts:
@@ -1573,7 +1689,7 @@ class Inventory:
         return warnings
 
     # -- exports -----------------------------------------------------------------------------
-    def to_frame(self):
+    def to_frame(self) -> Any:
         import pandas as pd
 
         columns = [

@@ -150,6 +150,9 @@ def is_parameter(torch: Any, t: Any) -> bool:
     return tp is torch.nn.Parameter or isinstance(t, torch.nn.Parameter)
 
 
+#: the kind of a :class:`Reached` that is a second place holding an immutable composite
+ALIAS = "alias"
+
 #: the holder kind of a top-level name (the namespace is written with ``ns[name] = value``)
 NAMESPACE = "namespace"
 
@@ -181,11 +184,10 @@ def reach(T: Any, ns: Any, name: str, value: Any) -> tuple[list[Reached], Any]:
     held, up to the name: what a move needs to put moved tensors back."""
     walked = objects.walk(T, value, name)
     nodes = walked.nodes
-    found: list[Reached] = []
-    for leaf in walked.leaves:
+
+    def held(index: int, key: Any, label: str, child: Any, kind: str) -> Reached:
         chain: list[tuple[Any, str, Any]] = []
         keys: list[Any] = []
-        index, key = leaf.node, leaf.key
         while index >= 0:
             node = nodes[index]
             chain.append((node.value, node.kind, key))
@@ -193,7 +195,16 @@ def reach(T: Any, ns: Any, name: str, value: Any) -> tuple[list[Reached], Any]:
             index, key = node.parent, node.key
         chain.append((ns, NAMESPACE, name))
         keys.reverse()
-        found.append(Reached(leaf.path, tuple(keys), tuple(chain), leaf.value, leaf.kind))
+        return Reached(label, tuple(keys), tuple(chain), child, kind)
+
+    found = [held(leaf.node, leaf.key, leaf.path, leaf.value, leaf.kind) for leaf in walked.leaves]
+    # an immutable composite held a second time (one tuple in two lists): when it is rebuilt,
+    # the rebuilt one goes to both places
+    found.extend(
+        held(index, key, nodes[index].path, child, ALIAS)
+        for index, key, child in walked.aliases
+        if not objects.is_mutable(child, objects.kind_of(T, child))
+    )
     return found, walked
 
 
@@ -234,6 +245,7 @@ class Plan:
         # (thousands of tensors) goes through C-level maps instead of per-tensor Python.
         self.fast: dict[Any, tuple[list[str], list[Any]]] = {}
         self.fast_sets: list[FastSet] = []
+        self.data_bytes = 0  # set by needed_bytes()
 
     def dstr(self, dev: Any) -> str:
         s = self.devstr.get(dev)
@@ -293,6 +305,10 @@ class Plan:
             else:
                 entry[2].append((key, old))
             old = holder
+
+    def clear_walks(self) -> None:
+        """Forget what the walks found (they hold the old tensors)."""
+        self._walks = {}
 
     def reach(self, name: str, value: Any) -> tuple[list[Reached], Any]:
         cached = self._walks.get(id(value))
@@ -596,9 +612,13 @@ class Plan:
         modules: list[Reached] = []
         optimizers: list[Reached] = []
         tensors = 0
+        aliases: list[Reached] = []
         for r in found:
             if r.kind == Kind.MODULE:
                 modules.append(r)
+                continue
+            if r.kind == ALIAS:
+                aliases.append(r)
                 continue
             if r.kind == Kind.OPTIMIZER:
                 optimizers.append(r)
@@ -653,6 +673,8 @@ class Plan:
             else:
                 self.add_plain(r.value, name, want)
                 self.put_back_chain(r.chain, r.value)
+        for r in aliases:  # (put back only if it was rebuilt: see transaction._resolve)
+            self.put_back_chain(r.chain, r.value)
         seen: set[Any] = set()
         nbytes = 0
         for r in found:
@@ -802,11 +824,15 @@ class Plan:
         what ``torch.cuda.memory_allocated`` will grow by."""
         need: dict[Any, int] = {}
         counted: set[tuple[Any, Any]] = set()
+        data = 0  # the same without the rounding: the bytes of data the move copies
 
         def add(want: Any, snb: int) -> int:
+            nonlocal data
+            data += snb
             if want.type == "cuda":
-                snb = -(-snb // 512) * 512
-            need[want] = need.get(want, 0) + snb
+                need[want] = need.get(want, 0) + -(-snb // 512) * 512
+            else:
+                need[want] = need.get(want, 0) + snb
             return snb
 
         for job in self.modules.values():
@@ -837,10 +863,12 @@ class Plan:
                 snb = members[0][2]
             add(gkey[1], snb)
         for fs in self.fast_sets:
+            size = sum(fs.nbytes)
+            data += size
             if fs.dest.type == "cuda":
-                need[fs.dest] = need.get(fs.dest, 0) + sum(-(-n // 512) * 512 for n in fs.nbytes)
-            else:
-                need[fs.dest] = need.get(fs.dest, 0) + sum(fs.nbytes)
+                size = sum(-(-n // 512) * 512 for n in fs.nbytes)
+            need[fs.dest] = need.get(fs.dest, 0) + size
+        self.data_bytes = data
         return need
 
 

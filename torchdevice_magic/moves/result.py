@@ -64,6 +64,9 @@ class MoveResult:
     #: Bytes of replaced tensors that stay allocated on their old device because something
     #: else (IPython's ``Out``, a container that was not moved, an attribute) still holds them.
     still_held_bytes: int = 0
+    #: What the memory pre-check predicted the move allocates on its target(s): each storage
+    #: once, on CUDA rounded up to the caching allocator's 512-byte blocks.
+    predicted_bytes: int = 0
     _undo: UndoRecord | None = field(default=None, repr=False, compare=False)
 
     @property

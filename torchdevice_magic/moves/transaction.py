@@ -194,7 +194,7 @@ class ModuleJob:
                 future.set_swap_module_params_on_conversion(False)
         for sub, params, _buffers in self.subs:
             for key, p in params:
-                if sub._parameters.get(key) is not p:
+                if _slot(sub._parameters, key) is not p:
                     raise RuntimeError(
                         f"{type(sub).__name__}.{key} was replaced by a new Parameter "
                         "(optimizers would lose it)"
@@ -217,13 +217,22 @@ class ModuleJob:
     def restore(self) -> None:
         for sub, params, buffers in self.subs:
             for key, p in params:
-                if sub._parameters.get(key) is not p:
+                if _slot(sub._parameters, key) is not p:
                     sub._parameters[key] = p
             for key, b in buffers:
-                if sub._buffers.get(key) is not b:
+                if _slot(sub._buffers, key) is not b:
                     sub._buffers[key] = b
         for record in self.params:
             record.restore()
+
+
+def _slot(table: Any, key: str) -> Any:
+    """``module._parameters[key]`` or None; TorchScript modules' tables (OrderedDictWrapper
+    over the C++ module) have no ``get``."""
+    try:
+        return table[key]
+    except (KeyError, RuntimeError):
+        return None
 
 
 def _plain_to(t: Any, dest: Any) -> Any:
@@ -586,7 +595,7 @@ def execute(
     plan.finalize()
     need = plan.needed_bytes()
     check_memory(plan, need, free_bytes)  # raises MoveError: nothing touched yet
-    total = sum(need.values())
+    total = plan.data_bytes
     state = _RunState()
     try:
         _run(plan, state, _Progress(progress, total) if progress is not None else None, need)
@@ -622,6 +631,7 @@ def execute(
     plan.param_records = {}
     plan.writes = []
     plan.rebuilds = {}
+    plan.clear_walks()
     fast_held = [(fs.storages, fs.keys) for fs in plan.fast_sets]
     plan.fast_sets = []
     still_held = _still_held(held, fast_held)
@@ -631,6 +641,7 @@ def execute(
         skipped=list(plan.skipped),
         seconds=time.perf_counter() - started,
         bytes_moved=total,
+        predicted_bytes=sum(need.values()),
         still_held_bytes=still_held,
         _undo=record,
     )
@@ -774,7 +785,7 @@ def _anchors(plan: Plan, new_of: dict[int, Any]) -> dict[tuple[Any, Any], tuple[
             p = record.param
             _anchor(anchors, record.data, p, p)
         for _key, b, sub, k in job.buffers:
-            nb = sub._buffers.get(k)
+            nb = _slot(sub._buffers, k)
             if nb is not None and nb is not b:
                 new_of.setdefault(id(b), nb)
                 _anchor(anchors, b, nb, b)
