@@ -238,3 +238,13 @@ def test_the_tally_counts_exactly_the_rows_whose_button_is_enabled(target) -> No
     records = scan(namespace, include_hidden=True).records
     enabled = sum(vm.row_action(r, target).enabled for r in records)
     assert vm.tally(records, target).actionable == enabled
+
+
+@given(st.text(alphabet="ab_XY019.[]'", min_size=1, max_size=12))
+def test_the_fast_natural_key_is_the_general_one(name) -> None:
+    import re
+
+    parts = re.split(r"(\d+)", name.lower())
+    expected = (tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), name)
+    vm._natural_cache.pop(name, None)
+    assert vm.natural_key(name) == expected

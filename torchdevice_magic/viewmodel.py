@@ -60,9 +60,17 @@ def natural_key(name: str) -> tuple:
     """``x2`` before ``x10``; case-insensitive, then the exact spelling to break ties."""
     key = _natural_cache.get(name)
     if key is None:
-        parts: list[Any] = _DIGITS.split(name.lower())
-        parts[1::2] = map(int, parts[1::2])  # split() puts the digit runs at odd places
-        key = (tuple(parts), name)
+        lower = name.lower()
+        prefix = lower.rstrip("0123456789")
+        if prefix.replace("_", "").isalpha():
+            # the common shape (x, t123, layer_10): what the split below gives, without it
+            digits = lower[len(prefix) :]
+            parts: Any = (prefix, int(digits), "") if digits else (lower,)
+            key = (parts, name)
+        else:
+            parts = _DIGITS.split(lower)
+            parts[1::2] = map(int, parts[1::2])  # split() puts the digit runs at odd places
+            key = (tuple(parts), name)
         if len(_natural_cache) > 500_000:
             _natural_cache.clear()
         _natural_cache[name] = key
