@@ -120,7 +120,7 @@ class SidebarChannel:
         inventory = session.current_inventory()
         records = inventory.records if inventory.torch_imported else []
         spec = spec or subscriber.live.spec
-        subscriber.live.reset(records, spec, session.choose_target(subscriber.target))
+        window = subscriber.live.reset(records, spec, session.choose_target(subscriber.target))
         header = session.header(subscriber.target, counts=subscriber.live.counts)
         subscriber.header = header.to_wire()
         subscriber.actions = session.actions
@@ -129,7 +129,7 @@ class SidebarChannel:
             "view",
             seq=subscriber.seq,
             header=subscriber.header,
-            window=subscriber.live.window.to_wire(),
+            window=window.to_wire(),
             last_action=session.last_action,
             live=True,
         )
@@ -207,7 +207,7 @@ class SidebarChannel:
             self._reply(comm_id, request_id, False, f"rejected: {error}")
             return
         subscriber = self.comms.get(comm_id) if comm_id is not None else None
-        if request.type == "window":
+        if request.type == "window" and request.spec is not None:
             if subscriber is None:
                 self._reply(comm_id, request.request_id, False, "no such sidebar")
                 return

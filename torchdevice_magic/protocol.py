@@ -192,7 +192,7 @@ def check(value: Any, spec: str, where: str = "message") -> None:
 
 
 def check_fields(
-    value: Any, fields: dict[str, str], where: str, extra: frozenset = frozenset()
+    value: Any, fields: dict[str, str], where: str, extra: frozenset[str] = frozenset()
 ) -> None:
     if not isinstance(value, dict):
         raise ProtocolError(f"'{where}' must be an object, got {type(value).__name__}")
@@ -389,7 +389,8 @@ def typescript() -> str:
         "}",
         "",
     ]
-    kernel, frontend = [], []
+    kernel: list[str] = []
+    frontend: list[str] = []
     for kind, entry in MESSAGES.items():
         iname = f"I{_camel(kind)}Message"
         (kernel if entry["from"] == "kernel" else frontend).append(iname)

@@ -53,10 +53,10 @@ def in_words(reason: str) -> str:
 # -- sorting ----------------------------------------------------------------------------------
 
 _DIGITS = re.compile(r"(\d+)")
-_natural_cache: dict[str, tuple] = {}
+_natural_cache: dict[str, tuple[Any, ...]] = {}
 
 
-def natural_key(name: str) -> tuple:
+def natural_key(name: str) -> tuple[Any, ...]:
     """``x2`` before ``x10``; case-insensitive, then the exact spelling to break ties."""
     key = _natural_cache.get(name)
     if key is None:
@@ -84,7 +84,7 @@ def data_bytes(record: Any) -> int:
     return record.bytes
 
 
-def sort_key(record: Any, sort: str) -> tuple:
+def sort_key(record: Any, sort: str) -> tuple[Any, ...]:
     """Every view sorts with this: size by the real bytes (biggest first), then name."""
     if sort == "size":
         return (-data_bytes(record), -record.would_need_bytes, natural_key(record.name))
@@ -714,7 +714,7 @@ class LiveWindow:
     target: str | None = None
     window: Window | None = None
     _records: list[Any] = field(default_factory=list)
-    _order: list[tuple] = field(default_factory=list)  # (sort key, index-free name) sorted
+    _order: list[tuple[Any, ...]] = field(default_factory=list)  # (sort key, name), sorted
     _by_name: dict[str, Any] = field(default_factory=dict)
     _words: tuple[str, ...] = ()
     _has_parts: bool = False
@@ -786,9 +786,9 @@ class LiveWindow:
             changed = list(compress(range(len(new)), map(is_not, old, new)))
             if not changed:
                 return None
-            gone = [old[i] for i in changed]
+            gone: list[Any] = [old[i] for i in changed]
             self.records_changed = True
-            came = [new[i] for i in changed]
+            came: list[Any] = [new[i] for i in changed]
         else:
             new_names = {r.name: r for r in new}
             gone = [r for r in old if new_names.get(r.name) is not r]
@@ -801,13 +801,14 @@ class LiveWindow:
         self.counts.add(gone, -1)
         self.counts.add(came)
         for record in gone:
-            if self._by_name.get(record.name) is record:
-                del self._by_name[record.name]
+            name = record.name
             if not words or matches(record, words):
-                item = (sort_key(record, sort), record.name)
+                item = (sort_key(record, sort), name)
                 index = bisect_left(order, item)
                 if index < len(order) and order[index] == item:
                     del order[index]
+            if self._by_name.get(name) is record:
+                del self._by_name[name]
         for record in came:
             self._by_name[record.name] = record
             if not words or matches(record, words):
