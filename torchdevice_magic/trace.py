@@ -42,6 +42,7 @@ CELL_FILENAME = "<traced cell>"
 _PLAIN, _COPY, _HOST_READ, _INDEX, _INDEX_PUT = 0, 1, 2, 3, 4
 
 _SUPPRESS = "suppress"
+_OURS, _THEIRS = 1, 2  # library code: this package's / torch's, IPython's, the stdlib's
 
 
 # -- the report ---------------------------------------------------------------------------------
@@ -91,12 +92,14 @@ class Transfer:
     filename: str = ""
     code: str = ""  # the text of the line
     in_loop: bool = False  # the line sits in a for/while loop of the cell
+    direct: int = 0  # copies the line made itself (x.to(d)), not through library code
 
     @property
     def name(self) -> str | None:
         if not self.names:
             return None
-        more = ", ..." if len(self.names) > 1 and self.count > len(self.names) else ""
+        # only the first few copies are looked up: more names may hide behind a full list
+        more = ", ..." if len(self.names) >= _NAMED_COPIES and self.count > len(self.names) else ""
         return ", ".join(self.names) + more
 
     @property
@@ -105,9 +108,12 @@ class Transfer:
 
     @property
     def repeated(self) -> bool:
-        """The line ran again and again (a loop), rather than copying many tensors once
-        (``model.to()`` copies each parameter once, from one line)."""
-        return self.count >= 2 and (self.in_loop or len(self.names) <= 1)
+        """The line ran again and again (a loop, or a function called in one), rather than
+        copying many tensors once (``model.to()`` copies each parameter, through torch's code;
+        ``a, b = x.to(d), y.to(d)`` copies two variables)."""
+        if self.count < 2:
+            return False
+        return self.in_loop or self.direct > max(1, len(self.names))
 
     def hint(self) -> str | None:
         """Advice when one line copies again and again."""
@@ -297,7 +303,7 @@ def _where(function: str, line: int | None, filename: str) -> str:
 def _library_prefixes() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """Directories whose code is never "the user's line": (packages, stdlib, site-packages
     inside stdlib, which is the user's again: system Pythons put it there)."""
-    packages = [os.path.dirname(os.path.abspath(__file__)) + os.sep]
+    packages = []
     for name in ("torch", "IPython", "ipykernel", "traitlets", "numpy"):
         path = getattr(sys.modules.get(name), "__file__", None)
         if path:
@@ -337,7 +343,8 @@ class Tracer:
 
     def _reset(self) -> None:
         self._kinds: dict[Any, int] = {}
-        self._library: dict[CodeType, bool] = {}
+        self._library: dict[CodeType, int] = {}
+        self._direct = True
         self._ops: dict[Any, int] = {}  # (devices key, module) -> count
         self._transfers: dict[Any, list[Any]] = {}  # (code, line, src, dst) -> [n, bytes, ...]
         self._reads: dict[Any, list[Any]] = {}  # (code, line, device) -> [n, ops, module]
@@ -360,6 +367,7 @@ class Tracer:
             return self
         self._reset()
         self._packages, self._stdlib, self._site = _library_prefixes()
+        self._ours = os.path.dirname(os.path.abspath(__file__)) + os.sep
         self._stop = sys._getframe(1)
         function_mode, dispatch_mode, tracker = _mode_classes()
         self._modes = []
@@ -401,31 +409,44 @@ class Tracer:
     # -- the hot path ---------------------------------------------------------------------------
     def _user_frame(self, frame: FrameType | None) -> Any:
         """The innermost frame that is the user's, or None (other threads) / _SUPPRESS (ops of
-        ours or IPython's made outside the traced code, e.g. the post-execute hook's scan)."""
+        ours or IPython's made outside the traced code, e.g. the post-execute hook's scan).
+
+        Sets ``self._direct``: the user's line called the op without library Python code in
+        between (``x.to(d)``, not ``model.to(d)`` copying each parameter)."""
         library = self._library
         stop = self._stop
+        direct = True
         while frame is not None:
             code = frame.f_code
-            is_library = library.get(code)
-            if is_library is None:
-                is_library = library[code] = self._is_library(code)
-            if not is_library:
+            kind = library.get(code)
+            if kind is None:
+                kind = library[code] = self._library_kind(code)
+            if not kind:
+                self._direct = direct
                 return frame
             if frame is stop:
                 return _SUPPRESS
+            if kind == _THEIRS:
+                direct = False
             frame = frame.f_back
+        self._direct = direct
         return None
 
-    def _is_library(self, code: CodeType) -> bool:
+    def _library_kind(self, code: CodeType) -> int:
+        """0: the user's code; _OURS: this package; _THEIRS: torch, IPython, the stdlib..."""
         filename = code.co_filename
         if filename.startswith("<frozen"):
-            return True
+            return _THEIRS
         if filename.startswith("<"):
-            return False  # a cell, exec'd code
+            return 0  # a cell, exec'd code
         filename = os.path.abspath(filename)
+        if filename.startswith(self._ours):
+            return _OURS
         if filename.startswith(self._packages):
-            return True
-        return filename.startswith(self._stdlib) and not filename.startswith(self._site)
+            return _THEIRS
+        if filename.startswith(self._stdlib) and not filename.startswith(self._site):
+            return _THEIRS
+        return 0
 
     def _module(self) -> str | None:
         return self._module_stack[-1][0] if self._module_stack else None
@@ -566,9 +587,10 @@ class Tracer:
         entry = self._transfers.get(key)
         nbytes = src.numel() * src.element_size()
         if entry is None:
-            entry = self._transfers[key] = [0, 0, {}, self._module()]
+            entry = self._transfers[key] = [0, 0, {}, self._module(), 0]
         entry[0] += 1
         entry[1] += nbytes
+        entry[4] += self._direct
         if entry[0] <= _NAMED_COPIES and frame is not None:
             # names of the first few copies (a loop copies the same variable; module.to()
             # copies each parameter): enough to say what moves without a lookup per copy
@@ -684,7 +706,8 @@ class Tracer:
                 raised=d["raised"],
             )
         transfers = []
-        for (code, line, source, target), (count, nbytes, names, module) in self._transfers.items():
+        for (code, line, source, target), entry in self._transfers.items():
+            count, nbytes, names, module, direct = entry
             function, filename, text, in_loop = place(code, line)
             transfers.append(
                 Transfer(
@@ -699,6 +722,7 @@ class Tracer:
                     filename,
                     text,
                     in_loop,
+                    direct,
                 )
             )
         transfers.sort(key=lambda t: (-t.bytes, -t.count, t.line or 0))
