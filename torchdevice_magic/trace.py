@@ -500,6 +500,8 @@ class Tracer:
                     self._note_divergence(func, args, kwargs, devices, raised=True)
                 elif noted:  # noted just before it ran; torch refused the mix
                     self._divergence["raised"] = True
+                key = ("+".join(devices), self._module())
+                self._ops[key] = self._ops.get(key, 0) + 1
             raise
         try:
             if devices is not None:
