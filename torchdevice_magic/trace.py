@@ -205,6 +205,11 @@ class TraceReport:
             out.append("Host reads (values read back to Python):")
             for r in self.host_reads:
                 out.append(f"  {r.where:<10} {r.count} on {r.device} ({', '.join(r.ops)})")
+        if self.unattributed:
+            out.append(
+                f"{self.unattributed} copies/host reads ran on other threads (no line of "
+                "yours on their stack: autograd's device threads, for one)"
+            )
         hints = self.hints()
         for h in hints:
             out.append(f"Hint: {h}")
@@ -1038,12 +1043,18 @@ def _mode_classes() -> tuple[Any, Any, Any]:
                         self._known_modules[mod] = name
                 return super()._get_mod_name(mod)
 
+            # ModuleTracker's own hooks also register a multi-grad hook on every forward's
+            # inputs and outputs to follow the backward pass: 5x the cost of a traced training
+            # step, for backward attribution the report does not make. The forward part
+            # (names, ``parents``) is kept; backward ops get no module.
             def _fw_pre_hook(self, mod, input):  # noqa: ANN001, A002
-                super()._fw_pre_hook(mod, input)
-                self.tracer._module_stack.append((self._known_modules.get(mod, "?"), mod))
+                name = self._get_mod_name(mod)
+                self.parents.add(name)
+                self.tracer._module_stack.append((name, mod))
 
             def _fw_post_hook(self, mod, input, output):  # noqa: ANN001, A002
-                super()._fw_post_hook(mod, input, output)
+                name = self._get_mod_name(mod)
+                self.parents.discard(name)
                 stack = self.tracer._module_stack
                 # pop up to this module (a forward that raised, caught by the user, left its
                 # entry behind)
