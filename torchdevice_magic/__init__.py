@@ -4,7 +4,7 @@ memory; device-mismatch errors explained; safe one-click moves between devices.
     %load_ext torchdevice_magic
 
 Public API (the pure core, usable without IPython): :func:`scan`, :func:`move`,
-:func:`diagnose`. Importing this package never imports torch.
+:func:`diagnose`, :func:`trace`. Importing this package never imports torch.
 """
 
 from __future__ import annotations
@@ -12,6 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from .inventory import Inventory, Record, scan
+
+# Imported here, not lazily in a wrapper: importing the submodule later would rebind the
+# package's ``trace`` attribute to the module. (trace.py imports no torch at import time.)
+from .trace import Tracer, TraceReport, trace
 
 __version__ = "0.1.0"
 
@@ -48,4 +52,14 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "torchdevice-magic"}]
 
 
-__all__ = ["Inventory", "Record", "scan", "move", "diagnose", "__version__"]
+__all__ = [
+    "Inventory",
+    "Record",
+    "TraceReport",
+    "Tracer",
+    "scan",
+    "move",
+    "diagnose",
+    "trace",
+    "__version__",
+]
