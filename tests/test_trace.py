@@ -268,6 +268,28 @@ def test_values_are_identical_with_and_without_tracing_on_cpu() -> None:
     assert_same_values(plain, traced)
 
 
+@pytest.mark.simulated
+def test_backward_on_the_device_thread_is_attributed_to_the_backward_line(
+    simulated_device: str,
+) -> None:
+    # like CUDA, the simulated device runs backward on autograd's own thread: no line of the
+    # user's is on its stack, but the thread that called backward() waits on that line
+    source = cell(
+        """
+        w = torch.randn(3, requires_grad=True)
+        x = w.to(DEV)
+        loss = (x * 2).sum()
+        loss.backward()
+        """
+    )
+    namespace = {"torch": torch, "DEV": simulated_device}
+    report = trace(source, namespace)
+    assert report.error is None and torch.equal(namespace["w"].grad, torch.full((3,), 2.0))
+    copies = {(t.line, t.source, t.target, t.bytes) for t in report.transfers}
+    assert copies == {(2, "cpu", simulated_device, 12), (4, simulated_device, "cpu", 12)}
+    assert report.unattributed == 0
+
+
 # -- modes always come off ----------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ import linecache
 import os
 import sys
 import sysconfig
+import threading
 from dataclasses import dataclass, field
 from types import CodeType, FrameType
 from typing import Any
@@ -350,6 +351,8 @@ class Tracer:
         self._kinds: dict[Any, int] = {}
         self._library: dict[CodeType, int] = {}
         self._direct = True
+        self._borrowed = False
+        self._thread = threading.get_ident()
         self._ops: dict[Any, int] = {}  # (devices key, module) -> count
         self._transfers: dict[Any, list[Any]] = {}  # (code, line, src, dst) -> [n, bytes, ...]
         self._reads: dict[Any, list[Any]] = {}  # (code, line, device) -> [n, ops, module]
@@ -374,6 +377,7 @@ class Tracer:
         self._packages, self._stdlib, self._site = _library_prefixes()
         self._ours = os.path.dirname(os.path.abspath(__file__)) + os.sep
         self._stop = sys._getframe(1)
+        self._thread = threading.get_ident()
         function_mode, dispatch_mode, tracker = _mode_classes()
         self._modes = []
         try:
@@ -556,6 +560,13 @@ class Tracer:
     def _where(self) -> Any:
         # library frames (ours included) are skipped, so where the walk starts is no matter
         frame = self._user_frame(sys._getframe(2))
+        self._borrowed = False
+        if frame is None and threading.get_ident() != self._thread:
+            # autograd runs an accelerator's backward on its own thread, while the thread
+            # that entered the tracer waits in loss.backward(): that line is the user's
+            waiting = sys._current_frames().get(self._thread)
+            frame = self._user_frame(waiting) if waiting is not None else None
+            self._borrowed = frame is not None and frame is not _SUPPRESS
         if frame is None or frame is _SUPPRESS:
             return frame
         if self.filename is None:
@@ -601,7 +612,7 @@ class Tracer:
         if entry[0] <= _NAMED_COPIES and frame is not None:
             # names of the first few copies (a loop copies the same variable; module.to()
             # copies each parameter): enough to say what moves without a lookup per copy
-            name = _name_in_frame(frame, src, self._module_stack)
+            name = None if self._borrowed else _name_in_frame(frame, src, self._module_stack)
             if name is not None:
                 entry[2].setdefault(name)
 
@@ -630,7 +641,9 @@ class Tracer:
                 return
             tensors = _tensors(args, kwargs)
             names = tuple(
-                _name_in_frame(frame, t, self._module_stack) if frame is not None else None
+                _name_in_frame(frame, t, self._module_stack)
+                if frame is not None and not self._borrowed
+                else None
                 for t in tensors
             )
             self._divergence = {
