@@ -164,10 +164,11 @@ class TraceReport:
     transfers: list[Transfer]
     host_reads: list[HostRead]
     error: BaseException | None = None
-    ops: int = 0  # aten ops seen (the cell's own; tracing's and IPython's are left out)
+    ops: int = 0  # aten ops run while tracing
     ops_by_device: dict[str, int] = field(default_factory=dict)  # "cpu" / "cpu+cuda:0"
     modules: dict[str, int] = field(default_factory=dict)  # ops per module path
     unattributed: int = 0  # interesting ops seen on other threads (no user frame)
+    internal_errors: int = 0  # ops the recorder failed to record (they ran all the same)
 
     @property
     def transfer_bytes(self) -> int:
@@ -211,6 +212,8 @@ class TraceReport:
                 f"{self.unattributed} copies/host reads ran on other threads (no line of "
                 "yours on their stack: autograd's device threads, for one)"
             )
+        if self.internal_errors:
+            out.append(f"({self.internal_errors} ops could not be recorded; they ran as usual)")
         hints = self.hints()
         for h in hints:
             out.append(f"Hint: {h}")
@@ -361,7 +364,6 @@ class Tracer:
         self._suppress = 0
         self._label: str | None = None
         self._module_stack: list[tuple[str, Any]] = []
-        self._module_names: dict[int, str] = {}
         self._stop: FrameType | None = None
         self._internal_errors = 0
 
@@ -557,7 +559,7 @@ class Tracer:
             self._suppress -= 1
 
     # -- recording interesting ops --------------------------------------------------------------
-    def _where(self) -> Any:
+    def _locate(self) -> Any:
         # library frames (ours included) are skipped, so where the walk starts is no matter
         frame = self._user_frame(sys._getframe(2))
         self._borrowed = False
@@ -594,7 +596,7 @@ class Tracer:
         source, target = src.device, dst.device
         if source == target:
             return
-        frame = self._where()
+        frame = self._locate()
         if frame is _SUPPRESS:
             return
         if frame is None:
@@ -617,7 +619,7 @@ class Tracer:
                 entry[2].setdefault(name)
 
     def _note_read(self, label: str, device: Any) -> None:
-        frame = self._where()
+        frame = self._locate()
         if frame is _SUPPRESS:
             return
         if frame is None:
@@ -636,7 +638,7 @@ class Tracer:
         self, func: Any, args: tuple, kwargs: dict, devices: list[str], raised: bool
     ) -> None:
         try:
-            frame = self._where()
+            frame = self._locate()
             if frame is _SUPPRESS:
                 return
             tensors = _tensors(args, kwargs)
@@ -664,30 +666,22 @@ class Tracer:
     # -- module names -----------------------------------------------------------------------------
     def module_name(self, module: Any) -> str | None:
         """The namespace's name for a module: ``model`` or ``model.encoder.layers.3`` (the
-        first top-level module holding it); None when no name reaches it."""
-        cached = self._module_names.get(id(module))
-        if cached is not None:
-            return cached
+        first top-level module holding it); None when no name reaches it. (ModuleTracker
+        caches the answer per module, and names the children of a named module itself.)"""
         nn_module = sys.modules["torch.nn"].Module
-        found = None
         roots = []
         for name, value in list(self.namespace.items()):
-            if value is module and not name.startswith("_"):
-                found = name
-                break
-            if isinstance(value, nn_module) and not name.startswith("_"):
+            if name.startswith("_"):
+                continue
+            if value is module:
+                return name
+            if issubclass(type(value), nn_module):  # type(), not isinstance: no __class__ read
                 roots.append((name, value))
-        if found is None:
-            for root_name, root in roots:
-                for path, sub in root.named_modules():
-                    if sub is module:
-                        found = f"{root_name}.{path}"
-                        break
-                if found is not None:
-                    break
-        if found is not None:
-            self._module_names[id(module)] = found
-        return found
+        for root_name, root in roots:
+            for path, sub in root.named_modules():
+                if sub is module:
+                    return f"{root_name}.{path}"
+        return None
 
     # -- the report -------------------------------------------------------------------------------
     def report(self, error: BaseException | None = None) -> TraceReport:
@@ -772,6 +766,7 @@ class Tracer:
             ops_by_device=by_device,
             modules=modules,
             unattributed=self._unattributed,
+            internal_errors=self._internal_errors,
         )
 
 
@@ -903,7 +898,7 @@ def _holder_name(frame: FrameType, tensor: Any, modules: list[tuple[str, Any]]) 
             if not name.startswith("_"):
                 return name
             private = private or name  # _ / _12 / __x only when nothing better holds it
-        elif nn_module is not None and isinstance(value, nn_module):
+        elif nn_module is not None and issubclass(type(value), nn_module):
             holders.append((name, value))
     for prefix, module in holders:
         found = _name_in_module(module, tensor)
