@@ -462,7 +462,7 @@ class Tracer:
     def _module(self) -> str | None:
         return self._module_stack[-1][0] if self._module_stack else None
 
-    def on_op(self, func: Any, args: tuple, kwargs: dict) -> Any:
+    def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Called by the dispatch mode for each aten op; runs it and records what it did.
 
         The hot path: most ops read one device per tensor input and bump one counter."""
@@ -511,8 +511,8 @@ class Tracer:
                     self._note_divergence(func, args, kwargs, devices, raised=True)
                 elif noted:  # noted just before it ran; torch refused the mix
                     self._divergence["raised"] = True
-                key = ("+".join(devices), self._module())
-                self._ops[key] = self._ops.get(key, 0) + 1
+                failed: Any = ("+".join(devices), self._module())
+                self._ops[failed] = self._ops.get(failed, 0) + 1
             raise
         try:
             if devices is not None:
@@ -533,7 +533,9 @@ class Tracer:
             self._internal_errors += 1
         return out
 
-    def on_function(self, func: Any, entry: tuple[str, bool], args: tuple, kwargs: dict) -> Any:
+    def on_function(
+        self, func: Any, entry: tuple[str, bool], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         """Called by the function mode for every torch function and Tensor method; only what
         dispatch cannot see is recorded (printing, ``.tolist()``, ``.numpy()``), and the
         Python spelling of a scalar read (``float(t)``, ``bool(t)``) is noted for the label."""
@@ -583,7 +585,7 @@ class Tracer:
                 return
             frame = frame.f_back
 
-    def _note_copy(self, func: Any, args: tuple, out: Any) -> None:
+    def _note_copy(self, func: Any, args: tuple[Any, ...], out: Any) -> None:
         name = func.__name__
         if name.startswith("copy_") or name.startswith("_copy_from"):
             if len(args) < 2 or not isinstance(args[1], _Tensor):
@@ -635,7 +637,12 @@ class Tracer:
             entry[1].setdefault(label)
 
     def _note_divergence(
-        self, func: Any, args: tuple, kwargs: dict, devices: list[str], raised: bool
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        devices: list[str],
+        raised: bool,
     ) -> None:
         try:
             frame = self._locate()
@@ -819,7 +826,7 @@ def _op_name(func: Any) -> str:
     return name.removesuffix(".default")
 
 
-def _tensors(args: tuple, kwargs: dict) -> list[Any]:
+def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
     found = []
     for a in (*args, *kwargs.values()):
         if isinstance(a, _Tensor):
@@ -829,7 +836,7 @@ def _tensors(args: tuple, kwargs: dict) -> list[Any]:
     return found
 
 
-def _mixed(args: tuple, kwargs: dict) -> list[str]:
+def _mixed(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
     """The distinct devices of the tensor inputs, as strings (only called when they differ)."""
     seen: dict[str, None] = {}
     for t in _tensors(args, kwargs):
@@ -837,7 +844,7 @@ def _mixed(args: tuple, kwargs: dict) -> list[str]:
     return list(seen)
 
 
-def _benign_mix(kind: int, args: tuple, kwargs: dict) -> bool:
+def _benign_mix(kind: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Mixes torch accepts by design: 0-dim cpu tensors beside accelerator tensors (scalars),
     and cpu index tensors indexing an accelerator tensor (``x[idx]``, ``x[idx] = v``)."""
     tensors = _tensors(args, kwargs)
@@ -854,7 +861,7 @@ def _benign_mix(kind: int, args: tuple, kwargs: dict) -> bool:
     return all(str(t.device) == own or (t.device.type == "cpu" and t.dim() == 0) for t in rest)
 
 
-def _boolean_index(args: tuple) -> bool:
+def _boolean_index(args: tuple[Any, ...]) -> bool:
     if len(args) < 2 or not isinstance(args[1], (list, tuple)):
         return False
     torch = sys.modules["torch"]
@@ -1003,7 +1010,13 @@ def _mode_classes() -> tuple[Any, Any, Any]:
             # of it at no cost per op. Without that API, keep torch's wrapper.
             return skip_dynamo is None
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        def __torch_dispatch__(
+            self,
+            func: Any,
+            types: Any,
+            args: tuple[Any, ...] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
             return self.tracer.on_op(func, args, kwargs or {})
 
     class _FunctionRecorder(TorchFunctionMode):
@@ -1011,7 +1024,13 @@ def _mode_classes() -> tuple[Any, Any, Any]:
             super().__init__()
             self.tracer = tracer
 
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        def __torch_function__(
+            self,
+            func: Any,
+            types: Any,
+            args: tuple[Any, ...] = (),
+            kwargs: dict[str, Any] | None = None,
+        ) -> Any:
             # called for every torch function, method and attribute: decide here, in one
             # dict lookup, that it is none of ours
             if kwargs is None:
@@ -1028,13 +1047,12 @@ def _mode_classes() -> tuple[Any, Any, Any]:
         skip_dynamo(_DispatchRecorder.__dict__["__torch_dispatch__"].__code__)
         skip_dynamo(_FunctionRecorder.__dict__["__torch_function__"].__code__)
 
+    tracker_class = None
     try:
         from torch.utils.module_tracker import ModuleTracker
     except ImportError:  # older torch: no module paths
-        ModuleTracker = None  # noqa: N806
-
-    tracker_class = None
-    if ModuleTracker is not None:
+        pass
+    else:
 
         class _ModuleRecorder(ModuleTracker):
             """ModuleTracker naming roots by the namespace (``model`` instead of ``Net``),
@@ -1044,7 +1062,7 @@ def _mode_classes() -> tuple[Any, Any, Any]:
                 super().__init__()
                 self.tracer = tracer
 
-            def _get_mod_name(self, mod):  # noqa: ANN001
+            def _get_mod_name(self, mod: Any) -> str:
                 if mod not in self._known_modules:
                     name = self.tracer.module_name(mod)
                     if name is not None:
@@ -1055,12 +1073,12 @@ def _mode_classes() -> tuple[Any, Any, Any]:
             # inputs and outputs to follow the backward pass: 5x the cost of a traced training
             # step, for backward attribution the report does not make. The forward part
             # (names, ``parents``) is kept; backward ops get no module.
-            def _fw_pre_hook(self, mod, input):  # noqa: ANN001, A002
+            def _fw_pre_hook(self, mod: Any, input: Any) -> None:
                 name = self._get_mod_name(mod)
                 self.parents.add(name)
                 self.tracer._module_stack.append((name, mod))
 
-            def _fw_post_hook(self, mod, input, output):  # noqa: ANN001, A002
+            def _fw_post_hook(self, mod: Any, input: Any, output: Any) -> None:
                 name = self._get_mod_name(mod)
                 self.parents.discard(name)
                 stack = self.tracer._module_stack
