@@ -150,7 +150,7 @@ class DeviceMagics(Magics):
             return None
         from .trace import Tracer
 
-        return Tracer(self.shell.user_ns, source=cell)
+        return Tracer(self.session.namespace, source=cell)
 
     def _checked_device(self, text: str, option: str) -> str:
         from .moving import MoveError, resolve_device
