@@ -466,6 +466,7 @@ class Tracer:
         """Called by the dispatch mode for each aten op; runs it and records what it did.
 
         The hot path: most ops read one device per tensor input and bump one counter."""
+        __tracebackhide__ = True  # IPython (and pytest) leave this frame out of tracebacks
         if self._suppress:
             return func(*args, **kwargs)
         try:
@@ -539,6 +540,7 @@ class Tracer:
         """Called by the function mode for every torch function and Tensor method; only what
         dispatch cannot see is recorded (printing, ``.tolist()``, ``.numpy()``), and the
         Python spelling of a scalar read (``float(t)``, ``bool(t)``) is noted for the label."""
+        __tracebackhide__ = True
         if self._suppress:
             return func(*args, **kwargs)
         label, is_read = entry
@@ -1017,6 +1019,7 @@ def _mode_classes() -> tuple[Any, Any, Any]:
             args: tuple[Any, ...] = (),
             kwargs: dict[str, Any] | None = None,
         ) -> Any:
+            __tracebackhide__ = True
             return self.tracer.on_op(func, args, kwargs or {})
 
     class _FunctionRecorder(TorchFunctionMode):
@@ -1033,6 +1036,7 @@ def _mode_classes() -> tuple[Any, Any, Any]:
         ) -> Any:
             # called for every torch function, method and attribute: decide here, in one
             # dict lookup, that it is none of ours
+            __tracebackhide__ = True
             if kwargs is None:
                 kwargs = {}
             try:
