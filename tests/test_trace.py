@@ -450,7 +450,7 @@ def run_in(shell, source: str):
 
 def test_devicecheck_trace_shows_the_first_divergence_then_the_diagnosis(ip) -> None:
     run_in(ip, "import torch\nx = torch.randn(4, 3)\nw = torch.randn(3, 2)")
-    result, _, shown = run_in(
+    result, printed, shown = run_in(
         ip,
         "%%devicecheck --trace\nh = x * 2\nfor i in range(3):\n    m = h.to('meta')\n"
         "s = w.sum().item()\ny = m + h\n",
@@ -463,6 +463,8 @@ def test_devicecheck_trace_shows_the_first_divergence_then_the_diagnosis(ip) -> 
     assert "Hint: line 3 copies h from cpu to meta 3 times, 144 B" in shown
     diagnosis_at = shown.index("Device mismatch")
     assert trace_at < diagnosis_at and shown.count("Device mismatch") == 1
+    # the traceback is the cell's: the recorder's own frames are hidden from it
+    assert "Cell In[" in printed and "torchdevice_magic/trace.py" not in printed
     assert no_modes_left()
     # the post-execute hook's scan ran inside the traced run_cell: none of its work is the
     # cell's (only lines of the cell appear)
