@@ -489,8 +489,14 @@ class Tracer:
                     devices = _mixed(args, kwargs)
                     break
             else:
-                if kwargs:
-                    devices = _mixed(args, kwargs)
+                for a in kwargs.values():  # out=, and the odd tensor passed by keyword
+                    if isinstance(a, tensor):
+                        d = a.device
+                        if first is None:
+                            first = d
+                        elif d != first:
+                            devices = _mixed(args, kwargs)
+                            break
             if devices is not None:
                 if len(devices) < 2:
                     first = devices[0] if devices else None
