@@ -538,3 +538,41 @@ def test_a_real_kernel_prints_the_first_divergence_then_the_diagnosis() -> None:
         "is on simdev:0" in texts[diagnosis_at]
         and "h (Tensor, 48 B) is on cpu" in texts[diagnosis_at]
     )
+
+
+class _Hostile:
+    """An object that raises on everything a careless inspector might touch."""
+
+    @property
+    def __class__(self):  # type: ignore[override]
+        raise RuntimeError("do not read my class")
+
+    def __eq__(self, other):
+        raise RuntimeError("do not compare me")
+
+    __hash__ = object.__hash__
+
+
+class _HostileModule(torch.nn.Module):
+    def named_modules(self, *args, **kwargs):
+        raise RuntimeError("do not walk me")
+
+    def forward(self, x):
+        return x * 2
+
+
+def test_hostile_objects_in_the_namespace_do_not_break_tracing() -> None:
+    namespace = {"torch": torch, "weird": _Hostile(), "hostile": _HostileModule()}
+    source = (
+        "torch.manual_seed(0)\n"
+        "y = hostile(torch.nn.Linear(2, 2)(torch.ones(2)))\n"
+        "z = y.to('meta')\n"
+    )
+    report = trace(source, namespace)
+    assert report.error is None and report.internal_errors == 0
+    torch.manual_seed(0)
+    assert torch.equal(namespace["y"], torch.nn.Linear(2, 2)(torch.ones(2)) * 2)
+    # the Linear no name reaches keeps its type's name; the moved tensor is still named
+    assert set(report.modules) == {"Linear", "hostile"}
+    assert report.transfers[0].names == ("y",)
+    assert no_modes_left()

@@ -693,9 +693,12 @@ class Tracer:
             if issubclass(type(value), nn_module):  # type(), not isinstance: no __class__ read
                 roots.append((name, value))
         for root_name, root in roots:
-            for path, sub in root.named_modules():
-                if sub is module:
-                    return f"{root_name}.{path}"
+            try:
+                for path, sub in root.named_modules():
+                    if sub is module:
+                        return f"{root_name}.{path}"
+            except Exception:  # a module of the user's that cannot be walked: not this one
+                continue
         return None
 
     # -- the report -------------------------------------------------------------------------------
@@ -1083,19 +1086,23 @@ def _mode_classes() -> tuple[Any, Any, Any]:
             # inputs and outputs to follow the backward pass: 5x the cost of a traced training
             # step, for backward attribution the report does not make. The forward part
             # (names, ``parents``) is kept; backward ops get no module.
+            # (hooks run inside the user's forward: they never raise into it)
             def _fw_pre_hook(self, mod: Any, input: Any) -> None:
-                name = self._get_mod_name(mod)
+                try:
+                    name = self._get_mod_name(mod)
+                except Exception:
+                    self.tracer._internal_errors += 1
+                    name = type(mod).__name__
                 self.parents.add(name)
                 self.tracer._module_stack.append((name, mod))
 
             def _fw_post_hook(self, mod: Any, input: Any, output: Any) -> None:
-                name = self._get_mod_name(mod)
-                self.parents.discard(name)
                 stack = self.tracer._module_stack
                 # pop up to this module (a forward that raised, caught by the user, left its
                 # entry behind)
                 for i in range(len(stack) - 1, -1, -1):
                     if stack[i][1] is mod:
+                        self.parents.discard(stack[i][0])
                         del stack[i:]
                         break
 
