@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .inventory import Inventory, Record, scan
+from .records import Record
+from .scanner import Inventory, Scanner, scan
 
 # Imported here, not lazily in a wrapper: importing the submodule later would rebind the
 # package's ``trace`` attribute to the module. (trace.py imports no torch at import time.)
@@ -21,8 +22,8 @@ __version__ = "0.1.0"
 
 
 def move(namespace: Any, device: str, names: Any = None, **options: Any) -> Any:
-    """Move objects of ``namespace`` to ``device``, all or nothing (see :mod:`.moving`)."""
-    from .moving import move as _move
+    """Move objects of ``namespace`` to ``device``, all or nothing (see :mod:`.moves`)."""
+    from .moves import move as _move
 
     return _move(namespace, device, names, **options)
 
@@ -55,6 +56,7 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 __all__ = [
     "Inventory",
     "Record",
+    "Scanner",
     "TraceReport",
     "Tracer",
     "scan",
