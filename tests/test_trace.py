@@ -170,7 +170,7 @@ def test_the_same_inside_a_module_forward_names_the_module_path(simulated_device
 
 ITEM_LOOP = cell(
     """
-    x = torch.arange(10.0).to(DEV)
+    x = torch.arange(10.0, device=DEV)
     total = 0.0
     for i in range(10):
         total += x[i].item()
@@ -191,12 +191,12 @@ def test_a_loop_calling_item_10_times_is_10_host_reads_on_its_line(simulated_dev
         (".item()",),
     )
     assert reads.syncs
-    assert report.first_divergence is None and [t.line for t in report.transfers] == [1]
+    assert report.first_divergence is None and not report.transfers
     assert any("line 4 reads values from" in h and "10 times" in h for h in report.hints())
 
 
 def test_a_loop_calling_item_10_times_on_cpu() -> None:
-    report = trace(ITEM_LOOP.replace(".to(DEV)", ""), {"torch": torch})
+    report = trace(ITEM_LOOP, {"torch": torch, "DEV": "cpu"})
     [reads] = report.host_reads
     assert (reads.line, reads.count, reads.device) == (4, 10, "cpu")
     assert not reads.syncs and not report.hints()  # the cpu never waits
@@ -213,7 +213,7 @@ TRAINING_STEP = cell(
     losses = []
     for step in range(3):
         batch, want = data.to(DEV), target.to(DEV)
-        loss = ((model(batch) - want) ** 2).mean()
+        loss = torch.nn.functional.mse_loss(model(batch), want)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
