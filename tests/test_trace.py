@@ -585,3 +585,26 @@ def test_hostile_objects_in_the_namespace_do_not_break_tracing() -> None:
     assert set(report.modules) == {"Linear", "hostile"}
     assert report.transfers[0].names == ("y",)
     assert no_modes_left()
+
+
+def test_a_compiled_function_runs_under_the_trace_with_the_same_values() -> None:
+    # dynamo leaves frames alone while a dispatch mode is active (it runs them eagerly), and
+    # the recorder's own code is marked so that torch.compile never traces into it
+    source = cell(
+        """
+        @torch.compile(backend="eager")
+        def f(a, b):
+            return (a * b).sin() + 1
+        x = torch.randn(8)
+        y = torch.randn(8)
+        r = f(x, y)
+        moved = r.to('meta')
+        """
+    )
+    namespace = {"torch": torch}
+    report = trace(source, namespace)
+    assert report.error is None, report.error
+    x, y = namespace["x"], namespace["y"]
+    assert torch.equal(namespace["r"], (x * y).sin() + 1)
+    assert [(t.line, t.names) for t in report.transfers] == [(7, ("r",))]
+    assert no_modes_left()

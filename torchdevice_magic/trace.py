@@ -42,7 +42,7 @@ CELL_FILENAME = "<traced cell>"
 # kinds of ops (cached per OpOverload)
 _PLAIN, _COPY, _HOST_READ, _INDEX, _INDEX_PUT = 0, 1, 2, 3, 4
 
-_SUPPRESS = "suppress"
+_SUPPRESS: Any = object()  # ops of ours or IPython's outside the traced code: not recorded
 _OURS, _THEIRS = 1, 2  # library code: this package's / torch's, IPython's, the stdlib's
 
 
