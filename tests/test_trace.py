@@ -480,6 +480,19 @@ def test_devicecheck_trace_shows_the_first_divergence_then_the_diagnosis(ip) -> 
     assert "line 6" not in shown.split("First divergence")[1].split("Device mismatch")[0]
 
 
+def test_devicecheck_trace_names_functions_of_earlier_cells_as_ipython_does(ip) -> None:
+    run_in(ip, "import torch\nx = torch.randn(4, 3)")
+    defined, _, _ = run_in(ip, "def step(t):\n    moved = t.to('meta')\n    return moved + t")
+    number = defined.execution_count
+    _, _, shown = run_in(
+        ip,
+        "%%devicecheck --trace\ndef local(t):\n    return t.to('meta')\nz = local(x)\ny = step(x)",
+    )
+    assert f"step() In[{number}] line 3: add.Tensor failed mixing moved (4×3) on meta" in shown
+    assert "local() line 2 cpu -> meta t: 1 copy" in shown  # this cell's own function: no In[]
+    assert f"step() In[{number}] line 2 cpu -> meta t: 1 copy" in shown
+
+
 def test_devicecheck_trace_composes_with_the_other_options(ip) -> None:
     run_in(ip, "import torch\nx = torch.randn(4, 3)\nmodel = torch.nn.Linear(3, 2)")
     result, printed, shown = run_in(

@@ -150,7 +150,12 @@ class DeviceMagics(Magics):
             return None
         from .trace import Tracer
 
-        return Tracer(self.session.namespace, source=cell)
+        return Tracer(self.session.namespace, source=cell, file_label=self._cell_label)
+
+    def _cell_label(self, filename: str) -> str | None:
+        """An earlier cell's code file as IPython's tracebacks show it: ``In[3]``."""
+        named = self.shell.compile.format_code_name(filename)  # type: ignore[union-attr]
+        return named[1] if named else None
 
     def _checked_device(self, text: str, option: str) -> str:
         from .moves import MoveError, resolve_device

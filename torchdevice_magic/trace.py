@@ -30,6 +30,7 @@ import os
 import sys
 import sysconfig
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import CodeType, FrameType
 from typing import Any
@@ -63,10 +64,11 @@ class Divergence:
     filename: str = ""
     source: str = ""  # the text of that line
     raised: bool = False  # the op itself failed (torch refused the mix)
+    file: str = ""  # where the function lives, as shown ("" for the cell, "In[3]", "train.py")
 
     @property
     def where(self) -> str:
-        return _where(self.function, self.line, self.filename)
+        return _where(self.function, self.line, self.file)
 
     def describe(self) -> str:
         parts = []
@@ -94,6 +96,7 @@ class Transfer:
     code: str = ""  # the text of the line
     in_loop: bool = False  # the line sits in a for/while loop of the cell
     direct: int = 0  # copies the line made itself (x.to(d)), not through library code
+    file: str = ""  # where the function lives, as shown ("" for the cell, "In[3]", "train.py")
 
     @property
     def name(self) -> str | None:
@@ -105,7 +108,7 @@ class Transfer:
 
     @property
     def where(self) -> str:
-        return _where(self.function, self.line, self.filename)
+        return _where(self.function, self.line, self.file)
 
     @property
     def repeated(self) -> bool:
@@ -145,10 +148,11 @@ class HostRead:
     filename: str = ""
     code: str = ""
     in_loop: bool = False
+    file: str = ""  # where the function lives, as shown ("" for the cell, "In[3]", "train.py")
 
     @property
     def where(self) -> str:
-        return _where(self.function, self.line, self.filename)
+        return _where(self.function, self.line, self.file)
 
     @property
     def syncs(self) -> bool:
@@ -297,12 +301,12 @@ def _first_line(error: BaseException) -> str:
     return text[0] if text else ""
 
 
-def _where(function: str, line: int | None, filename: str) -> str:
+def _where(function: str, line: int | None, file: str) -> str:
     if line is None:
         return "(no line)"
     if function == "<cell>":
         return f"line {line}"
-    place = "" if not filename or filename.startswith("<") else f" {os.path.basename(filename)}"
+    place = f" {file}" if file else ""
     return f"{function}(){place} line {line}"
 
 
@@ -333,6 +337,8 @@ class Tracer:
     ``source``: the cell's text, and ``filename`` the name its code was compiled under (found
     by itself when omitted: the frame running at module level in ``namespace``).
     ``modules``: attribute ops to module paths (``ModuleTracker``).
+    ``file_label``: how to show a file name (IPython: an earlier cell's code file -> ``In[3]``);
+    by default its base name.
     """
 
     def __init__(
@@ -341,10 +347,12 @@ class Tracer:
         source: str | None = None,
         filename: str | None = None,
         modules: bool = True,
+        file_label: Callable[[str], str | None] | None = None,
     ) -> None:
         self.namespace = namespace if namespace is not None else {}
         self.source = source
         self.filename = filename
+        self.file_label = file_label
         self.track_modules = modules
         self.active = False
         self.error: BaseException | None = None
@@ -702,14 +710,28 @@ class Tracer:
         return None
 
     # -- the report -------------------------------------------------------------------------------
+    def _file_label(self, filename: str, in_cell: bool) -> str:
+        if in_cell or not filename:
+            return ""
+        if self.file_label is not None:
+            try:
+                label = self.file_label(filename)
+            except Exception:
+                label = None
+            if label:
+                return label
+        return filename if filename.startswith("<") else os.path.basename(filename)
+
     def report(self, error: BaseException | None = None) -> TraceReport:
         error = error if error is not None else self.error
         loops = _loop_lines(self.source) if self.source else set()
 
-        def place(code: CodeType | None, line: int | None) -> tuple[str, str, str, bool]:
+        def place(code: CodeType | None, line: int | None) -> tuple[str, str, str, str, bool]:
+            """(function, file name, how to show the file, source text, in a loop)"""
             if code is None:
-                return "(other thread)", "", "", False
-            in_cell = code.co_filename == self.filename
+                return "(other thread)", "", "", "", False
+            filename = code.co_filename
+            in_cell = filename == self.filename
             function = code.co_name
             if function == "<module>" and in_cell:
                 function = "<cell>"
@@ -718,13 +740,19 @@ class Tracer:
                 lines = self.source.splitlines()
                 text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
             elif line:
-                text = linecache.getline(code.co_filename, line).strip()
-            return function, code.co_filename, text, in_cell and line in loops
+                text = linecache.getline(filename, line).strip()
+            return (
+                function,
+                filename,
+                self._file_label(filename, in_cell),
+                text,
+                (in_cell and line in loops),
+            )
 
         divergence = None
         if self._divergence is not None:
             d = self._divergence
-            function, filename, text, _ = place(d["code"], d["line"])
+            function, filename, file, text, _ = place(d["code"], d["line"])
             divergence = Divergence(
                 op=d["op"],
                 function=function,
@@ -736,11 +764,12 @@ class Tracer:
                 filename=filename,
                 source=text,
                 raised=d["raised"],
+                file=file,
             )
         transfers = []
         for (code, line, source, target), entry in self._transfers.items():
             count, nbytes, names, module, direct = entry
-            function, filename, text, in_loop = place(code, line)
+            function, filename, file, text, in_loop = place(code, line)
             transfers.append(
                 Transfer(
                     line,
@@ -755,14 +784,17 @@ class Tracer:
                     text,
                     in_loop,
                     direct,
+                    file,
                 )
             )
         transfers.sort(key=lambda t: (-t.bytes, -t.count, t.line or 0))
         reads = []
         for (code, line, device), (count, ops, module) in self._reads.items():
-            function, filename, text, in_loop = place(code, line)
+            function, filename, file, text, in_loop = place(code, line)
             reads.append(
-                HostRead(line, function, device, count, tuple(ops), module, filename, text, in_loop)
+                HostRead(
+                    line, function, device, count, tuple(ops), module, filename, text, in_loop, file
+                )
             )
         reads.sort(key=lambda r: (-r.syncs, -r.count, r.line or 0))
         by_device: dict[str, int] = {}
