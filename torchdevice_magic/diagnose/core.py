@@ -891,11 +891,26 @@ def _diagnose(
     if note:
         plan.notes.append(note)
 
+    # -- an out= tensor in the failing line: its values are overwritten, so it is the one that
+    # moves, to where the inputs are (whatever the message's wording)
+    out_name = cell.out_argument(lineno) if lineno is not None else None
+    out_cands = [c for c in relevant if out_name is not None and c.name == out_name]
+    out_ids: set[int] = set()
+    others = [c for c in relevant if c not in out_cands]
+    input_devices = {d for c in others for d in c.info.by_device}
+    out_target = None
+    if out_cands and len(input_devices) == 1 and not user_target:
+        (only,) = input_devices
+        if not _on_target(out_cands[0].info.devices, only):
+            out_target = only
+
     # -- which device --------------------------------------------------------------------------
     dest: str | None
     reason = ""
     if user_target:
         dest, reason = user_target, f"move everything to {user_target}, as asked"
+    elif out_target is not None and (out_target != "meta" or meta_ok):
+        dest, reason = out_target, "an out= tensor goes where its inputs are"
     elif rule.target == "none":
         dest = None
     elif rule.target == "cpu":
@@ -941,8 +956,7 @@ def _diagnose(
                 ]
                 movers = idx or [c for c in movers if c.info.category == "tensor"] or movers
             elif rule.movers == "out":
-                out_name = cell.out_argument(lineno)
-                named = [c for c in movers if out_name is not None and c.name == out_name]
+                named = [c for c in movers if c.name == out_name]
                 odd = [
                     c
                     for c in movers
@@ -950,6 +964,10 @@ def _diagnose(
                     and any(_same_device(d, match.argument_device) for d in c.info.by_device)
                 ]
                 movers = named or odd or movers
+                out_ids = {id(c) for c in (named or odd)}
+        if out_target is not None and dest == out_target:
+            movers = out_cands
+            out_ids = {id(c) for c in out_cands}
         # an attribute culprit: only the attribute moves (its module is where it should be)
         attrs = [c for c in movers if c.where.startswith("attribute ")]
         if attrs:
@@ -989,6 +1007,18 @@ def _diagnose(
             continue
         if c.where.startswith("attribute ") and c.attr:
             _attribute_fix(c, dest, plan)
+            continue
+        if (
+            id(c) in out_ids
+            and c.info.category == "tensor"
+            and "meta" in c.info.by_device
+            and dest != "meta"
+        ):
+            # an out= tensor's values are overwritten: a fresh one on dest loses nothing
+            name = c.alias or c.name
+            plan.fix_lines.append(
+                FixLine(_place(c), f"{name} = torch.empty_like({name}, device={_quote(dest)})")
+            )
             continue
         if "meta" in c.info.by_device and dest != "meta":
             if c.info.category == "module" and c.info.meta_params:

@@ -134,8 +134,11 @@ def dtype_of(name: str) -> str | None:
     return _DTYPE_SPELLINGS.get(name.strip().lower())
 
 
+#: A device in free text: a known type (``cuda``, ``cuda:1``) or any ``name:index`` (a
+#: PrivateUse1 backend such as ``simdev:0``).
 _DEVICE_TOKEN = re.compile(
-    r"(?<![\w.])(" + "|".join(DEVICE_TYPES) + r")(?::(\d+))?(?![\w])", re.IGNORECASE
+    r"(?<![\w.])(?:(" + "|".join(DEVICE_TYPES) + r")(?::(\d+))?|[a-z_][a-z0-9_]*:\d+)(?![\w])",
+    re.IGNORECASE,
 )
 
 
@@ -603,6 +606,18 @@ RULES: tuple[Rule, ...] = (
         ),
         target="expected",
         extract=_extract_on_cpu,
+    ),
+    Rule(
+        # lazy / XLA-style backends: "Input tensor is not a lazy tensor: torch.FloatTensor"
+        "not_backend_tensor",
+        (r"Input tensor is not an? (?P<want>\w+) tensor: (?P<type>torch\.(?:\w+\.)?\w+Tensor)",),
+        target="expected",
+        extract=lambda m, rule: MessageMatch(
+            rule.kind,
+            _dedup([normalize_device(m.group("want")), _parse_tensor_type(m.group("type"))[0]]),
+            argument_device=_parse_tensor_type(m.group("type"))[0],
+            expected=normalize_device(m.group("want")),
+        ),
     ),
     Rule(
         "same_gpu",
