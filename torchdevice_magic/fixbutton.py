@@ -56,11 +56,9 @@ class FixButton:
             self.status.value = _escape(f"failed: {type(error).__name__}: {error}")
 
     def _move(self) -> None:
-        from .moving import MoveError
-
         try:
             result = self.session.move(self.action.device, list(self.action.names))
-        except MoveError as error:
+        except ValueError as error:  # MoveError (a ValueError): refused before anything moved
             self.status.value = _escape(f"not moved: {error}")
             return
         if not result.ok:

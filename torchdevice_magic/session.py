@@ -301,13 +301,15 @@ class DeviceSession:
 
     def can_move(self, device: str, names: tuple[str, ...] | list[str]) -> str | None:
         """None when the move engine accepts this move (planned, nothing done), else why not."""
-        from . import moving
-
         try:
-            dest = moving.resolve_device(device, self.config.allow_meta_target)
-            plan = getattr(moving, "_plan_move", None)
-            if plan is not None:
-                plan(self.namespace, dest, list(names))
+            try:  # the move engine's planner (package ``moves``; ``moving`` before it)
+                from .moves import resolve_device  # type: ignore[import-not-found]
+                from .moves.plan import plan_move  # type: ignore[import-not-found]
+            except ImportError:
+                from .moving import _plan_move as plan_move
+                from .moving import resolve_device
+            dest = resolve_device(device, self.config.allow_meta_target)
+            plan_move(self.namespace, dest, list(names))
         except Exception as error:  # MoveError: the planner refused, with its reason
             return str(error) or type(error).__name__
         return None
