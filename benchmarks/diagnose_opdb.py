@@ -11,8 +11,9 @@ tensors bound to names (``op(t0, t1, dim=a2)``), after putting tensors on two de
   simulated           one tensor on the simulated accelerator (torchdevice_magic.testing)
   modules             module_db: the module on meta, input on cpu; and one input on meta
 
-A case counts only if the same sample runs without error on one device (for the simulated
-group: on cpu and on the simulated device). Per group it prints
+A case counts only if the same sample runs without error with every tensor on one device and
+with every tensor on the other (meta; fake cuda; the simulated device): ops with no meta kernel,
+paths this CPU build cannot fake on cuda, and ops the simulated device lacks are "skipped". Per group it prints
   recall            device errors diagnosed / device errors raised
   culprit accuracy  diagnoses naming the moved variable with its device / diagnoses
   no error          mixes that returned without raising (matmul, conv2d, ... on cpu+meta
@@ -77,8 +78,10 @@ class _Case:
             self.values[name] = value
             self.tensors.append(name)
             return name
-        if isinstance(value, (list, tuple)) and value and all(
-            isinstance(v, torch.Tensor) for v in value
+        if (
+            isinstance(value, (list, tuple))
+            and value
+            and all(isinstance(v, torch.Tensor) for v in value)
         ):
             inner = ", ".join(self._bind(v, torch) for v in value)
             return f"[{inner}]" if isinstance(value, list) else f"({inner},)"
@@ -161,79 +164,107 @@ def _pick_samples(op: Any, torch: Any, limit: int) -> list[Any]:
 def _op_items(op: Any, groups: set[str], sim: str | None, diagnose: Any) -> list[dict[str, Any]]:
     import torch
 
-    results = []
+    results: list[dict[str, Any]] = []
     for sample in _pick_samples(op, torch, 1):
         case = _Case(op.op, sample, torch)
         if not case.tensors:
             continue
         if _run(f"_r = {case.call}", case.namespace({})) is not None:
             continue  # the sample does not run even on one device
-        names = case.tensors[:3]
-        if "one" in groups:
-            for name in names:
-                moved = {name: case.values[name].to("meta")}
-                results.append(
-                    _judge(
-                        "one", op.name, case.call, case.namespace(moved), name, "meta", diagnose
+        for group in ("one", "all_but_one", "out", "fake_cuda", "simulated"):
+            if group in groups:
+                try:
+                    results += _GROUP_RUNNERS[group](op, case, sim, diagnose)
+                except Exception as error:  # the harness could not set the case up
+                    results.append(
+                        {"group": group, "op": op.name, "kind": "skip", "why": repr(error)[:200]}
                     )
-                )
-        if "all_but_one" in groups and len(case.tensors) >= 2:
-            for keep in names[:2]:
-                moved = {n: case.values[n].to("meta") for n in case.tensors if n != keep}
-                results.append(
-                    _judge(
-                        "all_but_one",
-                        op.name,
-                        case.call,
-                        case.namespace(moved),
-                        keep,
-                        "cpu",
-                        diagnose,
-                    )
-                )
-        if "out" in groups and op.supports_out:
-            ns = case.namespace({})
-            _run(f"_r = {case.call}", ns)
-            result = ns.get("_r")
-            if isinstance(result, torch.Tensor):
-                ns = case.namespace({"out": torch.empty_like(result, device="meta")})
-                cell = case.call[:-1] + (", out=out)" if case.call[-2] != "(" else "out=out)")
-                results.append(_judge("out", op.name, cell, ns, "out", "meta", diagnose))
-        if "fake_cuda" in groups:
-            from torch._subclasses.fake_tensor import FakeTensorMode
-
-            name = names[-1]
-            with FakeTensorMode(allow_non_fake_inputs=False) as mode:
-                fakes = {n: mode.from_tensor(case.values[n]) for n in case.tensors}
-                fakes[name] = torch.empty_like(fakes[name], device="cuda")
-                results.append(
-                    _judge(
-                        "fake_cuda",
-                        op.name,
-                        case.call,
-                        case.namespace(fakes),
-                        name,
-                        "cuda",
-                        diagnose,
-                    )
-                )
-        if "simulated" in groups and sim is not None:
-            on_sim = {n: case.values[n].to(sim) for n in case.tensors}
-            if _run(f"_r = {case.call}", case.namespace(on_sim)) is None:
-                name = names[-1]
-                moved = {name: case.values[name].to(sim)}
-                results.append(
-                    _judge(
-                        "simulated",
-                        op.name,
-                        case.call,
-                        case.namespace(moved),
-                        name,
-                        sim.split(":")[0],
-                        diagnose,
-                    )
-                )
     return results
+
+
+def _all_on(case: _Case, device: str) -> dict[str, Any]:
+    return {n: case.values[n].to(device) for n in case.tensors}
+
+
+def _meta_runs(case: _Case) -> bool:
+    """The op runs with every tensor on meta: a mixed failure is then about the mix (ops with
+    no meta kernel fail on meta alone and are not device-mismatch cases)."""
+    return _run(f"_r = {case.call}", case.namespace(_all_on(case, "meta"))) is None
+
+
+def _group_one(op: Any, case: _Case, sim: Any, diagnose: Any) -> list[dict[str, Any]]:
+    if not _meta_runs(case):
+        return [{"group": "one", "op": op.name, "kind": "no_meta_kernel"}]
+    out = []
+    for name in case.tensors[:3]:
+        moved = {name: case.values[name].to("meta")}
+        out.append(_judge("one", op.name, case.call, case.namespace(moved), name, "meta", diagnose))
+    return out
+
+
+def _group_all_but_one(op: Any, case: _Case, sim: Any, diagnose: Any) -> list[dict[str, Any]]:
+    if len(case.tensors) < 2:
+        return []
+    if not _meta_runs(case):
+        return [{"group": "all_but_one", "op": op.name, "kind": "no_meta_kernel"}]
+    out = []
+    for keep in case.tensors[:2]:
+        moved = {n: case.values[n].to("meta") for n in case.tensors if n != keep}
+        ns = case.namespace(moved)
+        out.append(_judge("all_but_one", op.name, case.call, ns, keep, "cpu", diagnose))
+    return out
+
+
+def _group_out(op: Any, case: _Case, sim: Any, diagnose: Any) -> list[dict[str, Any]]:
+    import torch
+
+    if not op.supports_out:
+        return []
+    ns = case.namespace({})
+    _run(f"_r = {case.call}", ns)
+    result = ns.get("_r")
+    if not isinstance(result, torch.Tensor):
+        return []
+    ns = case.namespace({"out": torch.empty_like(result, device="meta")})
+    cell = case.call[:-1] + (", out=out)" if case.call[-2] != "(" else "out=out)")
+    return [_judge("out", op.name, cell, ns, "out", "meta", diagnose)]
+
+
+def _group_fake_cuda(op: Any, case: _Case, sim: Any, diagnose: Any) -> list[dict[str, Any]]:
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    name = case.tensors[min(2, len(case.tensors) - 1)]
+    with FakeTensorMode(allow_non_fake_inputs=False) as mode:
+        fakes = {n: mode.from_tensor(case.values[n]) for n in case.tensors}
+        all_cuda = {n: torch.empty_like(f, device="cuda") for n, f in fakes.items()}
+        if _run(f"_r = {case.call}", case.namespace(all_cuda)) is not None:
+            # this CPU build cannot fake the op on cuda alone (CUDA-only paths,
+            # data-dependent outputs): not a mixed-device case
+            return [{"group": "fake_cuda", "op": op.name, "kind": "no_fake_cuda"}]
+        fakes[name] = all_cuda[name]
+        ns = case.namespace(fakes)
+        return [_judge("fake_cuda", op.name, case.call, ns, name, "cuda", diagnose)]
+
+
+def _group_simulated(op: Any, case: _Case, sim: Any, diagnose: Any) -> list[dict[str, Any]]:
+    if sim is None:
+        return []
+    if _run(f"_r = {case.call}", case.namespace(_all_on(case, sim))) is not None:
+        return [{"group": "simulated", "op": op.name, "kind": "no_sim_kernel"}]
+    name = case.tensors[min(2, len(case.tensors) - 1)]
+    moved = {name: case.values[name].to(sim)}
+    ns = case.namespace(moved)
+    return [_judge("simulated", op.name, case.call, ns, name, sim.split(":")[0], diagnose)]
+
+
+_GROUP_RUNNERS = {
+    "one": _group_one,
+    "all_but_one": _group_all_but_one,
+    "out": _group_out,
+    "fake_cuda": _group_fake_cuda,
+    "simulated": _group_simulated,
+}
 
 
 def _error_input_items(op: Any, diagnose: Any) -> list[dict[str, Any]]:
@@ -390,7 +421,7 @@ def _run_all(
         if message is not None:
             kind = message[0]
             # find the worker by the task it reports
-            for proc, state in running.items():
+            for state in running.values():
                 if kind == "start" and (message[1], message[2]) in state["batch"]:
                     state["current"], state["since"] = (message[1], message[2]), now
                     break
@@ -429,7 +460,8 @@ def _report(results: list[dict[str, Any]], timeouts: list[str], wall: float) -> 
     for r in results:
         by_group[r.get("group", r["kind"])].append(r)
     lines.append(
-        f"{'group':<14}{'errors':>8}{'recall':>9}{'culprit':>9}{'no error':>10}  (diagnosed/raised)"
+        f"{'group':<14}{'errors':>8}{'recall':>9}{'culprit':>9}{'no error':>10}{'skipped':>9}"
+        "  (diagnosed/raised)"
     )
     misses: collections.Counter[str] = collections.Counter()
     wrong: list[str] = []
@@ -439,18 +471,21 @@ def _report(results: list[dict[str, Any]], timeouts: list[str], wall: float) -> 
         diagnosed = [r for r in errors if r["diagnosed"]]
         right = [r for r in diagnosed if r.get("culprit")]
         silent = [r for r in rows if r["kind"] == "no_error"]
+        skipped = [r for r in rows if r["kind"] not in ("error", "no_error")]
         recall = len(diagnosed) / len(errors) if errors else float("nan")
         accuracy = len(right) / len(diagnosed) if diagnosed else float("nan")
         lines.append(
             f"{group:<14}{len(errors):>8}{recall:>9.3f}{accuracy:>9.3f}{len(silent):>10}"
-            f"  ({len(diagnosed)}/{len(errors)})"
+            f"{len(skipped):>9}  ({len(diagnosed)}/{len(errors)})"
         )
         for r in errors:
             if not r["diagnosed"]:
                 text = re.sub(r"\d+", "N", r.get("message", ""))[:110]
                 misses[f"{group}: {r.get('etype', '')}: {text}"] += 1
             elif not r.get("culprit"):
-                wrong.append(f"{group} {r['op']}: {r.get('culprits')} | {r.get('message', '')[:90]}")
+                wrong.append(
+                    f"{group} {r['op']}: {r.get('culprits')} | {r.get('message', '')[:90]}"
+                )
     fp_rows = by_group.get("error_inputs", [])
     not_device = [r for r in fp_rows if not r["device_error"]]
     fps = [r for r in not_device if r["diagnosed"]]

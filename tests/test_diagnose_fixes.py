@@ -518,3 +518,15 @@ def test_public_functions_survive_importing_every_submodule() -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("OK ")
+
+
+def test_an_operation_that_needs_values_names_the_meta_tensor() -> None:
+    ns = ns_()
+    run("loss = torch.ones((), device='meta')\nstep = torch.zeros(())", ns)
+    cell = "value = loss.item() + step.item()"
+    exc = fails(cell, ns)
+    assert str(exc) == "Tensor.item() cannot be called on meta tensors"
+    d = diagnose(exc, ns, cell)
+    assert d is not None and d.kind == "meta_unsupported" and d.operator == "Tensor.item()"
+    assert {c.name: c.devices for c in d.culprits} == {"loss": ("meta",), "step": ("cpu",)}
+    assert d.safe is False and "loss is a meta tensor" in d.why_no_fix

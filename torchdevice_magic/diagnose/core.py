@@ -845,8 +845,8 @@ def _diagnose(
                         objects[c.obj_id] = obj
     lineno = _failing_line(err, chain)
 
-    if rule.movers == "index" and match.kind == "indices_device":
-        # the message names only the indexed tensor's device; the index is elsewhere
+    if (rule.movers == "index" and match.kind == "indices_device") or rule.movers == "meta":
+        # the message names one device only (the indexed tensor's; meta): list who is where
         relevant = [c for c in cands if c.info.by_device]
     else:
         relevant = [c for c in cands if _relevant(c, match.devices)]

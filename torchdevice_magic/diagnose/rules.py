@@ -501,6 +501,7 @@ RULES: tuple[Rule, ...] = (
             r"(?P<op>[\w.]+): Expected (?P<arg>\w+) and input tensors to be on the same device, "
             r"but got \w+ on " + _g("got") + " and input on " + _g("want"),
             r"(?P<op>[\w.]+\.dims): output must be on the same device as input",
+            r"out Tensor doesn't have the correct device set",
             r"Expected all tensors to be on the same device\. (?P<op>\w+) expected '(?P<arg>out)' "
             r"to be (?P<want>\w+) tensor, but got tensor on " + _g("got"),
         ),
@@ -573,8 +574,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "device_type_check",  # TensorUtils.cpp checkDeviceType / checkDevice (take_along_dim)
         (
-            r"Expected tensor to have (?P<want>\w+) Device(?:Type)?, but got tensor with "
-            r"(?P<got>\w+) Device(?:Type)?(?: \(while checking arguments for (?P<op>[\w.:]+)\))?",
+            r"Expected tensor to have (?P<want>[\w:]+) Device(?:Type)?, but got tensor with "
+            r"(?P<got>[\w:]+) Device(?:Type)?(?: \(while checking arguments for (?P<op>[\w.:]+)\))?",
         ),
         target="expected",
     ),
@@ -703,6 +704,28 @@ RULES: tuple[Rule, ...] = (
         extract=_extract_meta_inplace,
         note="an in-place operation on a real tensor got a meta tensor (no data) as an "
         "argument: the meta tensor must be materialised on a real device first.",
+    ),
+    Rule(
+        # codegen'd kernel wrappers (RegisterXXX.cpp) assert the output's device matches the
+        # device guard: a backend kernel got inputs from two devices
+        "device_guard",
+        (r"current_device == options\.device\(\) INTERNAL ASSERT FAILED",),
+    ),
+    Rule(
+        # an operation that needs values (or has no meta kernel) got a meta tensor
+        "meta_unsupported",
+        (
+            r"(?P<op>[\w.]+\(\)) cannot be called on meta tensors",
+            r"(?P<op>aten::[\w.]+): attempted to run this operator with Meta tensors",
+            r"Cannot access data pointer of Tensor .*meta",
+        ),
+        target="real",
+        movers="meta",
+        extract=lambda m, rule: MessageMatch(
+            rule.kind, ("meta",), operator=m.groupdict().get("op"), argument_device="meta"
+        ),
+        note="{operator} needs real values, and meta tensors have none: the meta tensor must "
+        "be created (or its module materialised with to_empty and reloaded) on a real device.",
     ),
     Rule(
         "set_storage_device",  # Tensor.set_ / storage swaps
