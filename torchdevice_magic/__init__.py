@@ -36,14 +36,15 @@ class _Package(types.ModuleType):
 _FUNCTIONS = frozenset({"scan", "move", "diagnose", "trace", "holders"})
 sys.modules[__name__].__class__ = _Package
 
-from .inventory import Inventory, Record, scan  # noqa: E402
+from .records import Record  # noqa: E402
+from .scanner import Inventory, Scanner, scan  # noqa: E402
 
 __version__ = "0.1.0"
 
 
 def move(namespace: Any, device: str, names: Any = None, **options: Any) -> Any:
-    """Move objects of ``namespace`` to ``device``, all or nothing (see :mod:`.moving`)."""
-    from .moving import move as _move
+    """Move objects of ``namespace`` to ``device``, all or nothing (see :mod:`.moves`)."""
+    from .moves import move as _move
 
     return _move(namespace, device, names, **options)
 
@@ -73,4 +74,4 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "torchdevice-magic"}]
 
 
-__all__ = ["Inventory", "Record", "scan", "move", "diagnose", "__version__"]
+__all__ = ["Inventory", "Record", "Scanner", "scan", "move", "diagnose", "__version__"]

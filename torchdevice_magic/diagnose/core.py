@@ -44,7 +44,7 @@ class _Info:
     """What the scan said about one candidate (no reference to it is kept afterwards)."""
 
     kind: str
-    category: str  # "tensor" | "module" | "optimizer" | "container" | "expression"
+    category: str  # "tensor" | "module" | "optimizer" | "container" | "object" | "expression"
     by_device: dict[str, int]  # needed bytes per device (meta: what it would need)
     actual: int
     dtype: str | None = None
@@ -214,9 +214,11 @@ def _info_from_records(records: list[Any], label: str, obj: Any, torch: Any) -> 
         packed = getattr(getattr(getattr(torch, "nn", None), "utils", None), "rnn", None)
         packed = getattr(packed, "PackedSequence", None)
         kind = "PackedSequence" if packed is not None and _is_type(obj, packed) else None
-        if kind is None:
-            kind = type(obj).__name__
-        return _Info(kind=kind, category="tensor", by_device=by_device, actual=actual)
+        if kind is not None:
+            return _Info(kind=kind, category="tensor", by_device=by_device, actual=actual)
+        # any other object holding tensors (a DataLoader's dataset, a trainer): listed only
+        # where nothing more direct is on its devices (see _diagnose)
+        return _Info(kind=type(obj).__name__, category="object", by_device=by_device, actual=actual)
     try:
         size = {"dict": dict.__len__, "list": list.__len__, "tuple": tuple.__len__}[container](obj)
     except Exception:
@@ -418,6 +420,7 @@ def _collect(
                 part = parent.info.category in ("module", "optimizer") and c.info.category in (
                     "tensor",
                     "container",
+                    "object",
                 )
             if part and set(c.info.by_device) <= set(parent.info.by_device):
                 drop.add(c.label)
@@ -569,6 +572,8 @@ def _move_source(c: _Candidate, target: str | None, dtype: str | None = None) ->
     if not to_args:
         return ""
     info = c.info
+    if info.category == "object":
+        return ""  # an object holding tensors: no one-line move (the move engine can move it)
     if info.category == "module":
         if dev is None:
             return ""
@@ -850,6 +855,13 @@ def _diagnose(
         relevant = [c for c in cands if c.info.by_device]
     else:
         relevant = [c for c in cands if _relevant(c, match.devices)]
+
+    # objects that merely hold tensors (loader, dataset, trainer) only where nothing more
+    # direct (a tensor, module, optimizer, container) is on their devices
+    direct = {d for c in relevant if c.info.category != "object" for d in c.info.by_device}
+    relevant = [
+        c for c in relevant if c.info.category != "object" or not set(c.info.by_device) <= direct
+    ]
 
     # -- anonymous operands: a device in the message that no named candidate of this line has
     if torch is not None and lineno is not None and match.devices:
