@@ -431,6 +431,14 @@ def test_importing_the_module_does_not_import_torch() -> None:
     assert out.stdout.strip() == "False True"
 
 
+def test_the_package_functions_are_the_recorder() -> None:
+    import torchdevice_magic as tdm
+
+    report = tdm.trace("y = torch.ones(2).to('meta')\n", {"torch": torch})
+    assert isinstance(report, tdm.TraceReport) and report.transfers[0].target == "meta"
+    assert tdm.Tracer is Tracer
+
+
 # -- %%devicecheck --trace (an in-process shell, and a real kernel) ----------------------------
 
 
