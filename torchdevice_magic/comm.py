@@ -180,6 +180,16 @@ class SidebarChannel:
                 ),
             )
 
+    def send_rerun(self, cell_id: str) -> bool:
+        """Ask the notebook to run one of its cells again (after a one-click fix). False when
+        no sidebar is listening (VS Code, classic Notebook, nbconvert)."""
+        if not self.comms:
+            return False
+        data = protocol.rerun(cell_id)
+        fields = {k: v for k, v in data.items() if k not in ("protocol", "version", "type")}
+        self.broadcast("rerun", **fields)
+        return True
+
     def _send(self, subscriber: _Subscriber, data: dict[str, Any]) -> None:
         try:
             subscriber.channel.send(data)

@@ -17,6 +17,7 @@ The conversation::
     ``refresh`` / ``move`` / ``undo``  -> ``reply`` (the outcome, skip reasons in words), then
                                           ``delta`` or ``view``
     ``%unload_ext``                    -> ``unloaded``, then the comm closes
+    a one-click fix under a diagnosis  -> ``rerun`` (the notebook runs that cell again)
 
 Every request is checked against the table before anything runs: a message that does not
 match raises :class:`ProtocolError` (the kernel answers with an error reply, nothing runs).
@@ -126,6 +127,8 @@ MESSAGES: dict[str, dict[str, Any]] = {
         "fields": {"request_id": "str", "ok": "bool", "message": "str", "outcome": "Outcome?"},
     },
     "unloaded": {"from": "kernel", "fields": {"message": "str"}},
+    # after a one-click fix under a diagnosis: the notebook runs that cell again (diagnose)
+    "rerun": {"from": "kernel", "fields": {"cell_id": "str"}},
     # sidebar -> kernel
     "window": {"from": "frontend", "fields": {"request_id": "str", "spec": "WindowSpec"}},
     "refresh": {"from": "frontend", "fields": {"request_id": "str"}},
@@ -308,6 +311,14 @@ def reply(
     request_id: str, ok: bool, message: str, outcome: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     return envelope("reply", request_id=request_id, ok=ok, message=message, outcome=outcome)
+
+
+def rerun(cell_id: str) -> dict[str, Any]:
+    """Ask the frontend to run the notebook cell ``cell_id`` (IPython's ExecutionInfo.cell_id);
+    ``SidebarChannel.send_rerun`` numbers it in each comm's sequence."""
+    check(cell_id, "str", "cell_id")
+    _short(cell_id, "cell_id")
+    return envelope("rerun", cell_id=cell_id)
 
 
 def outcome(

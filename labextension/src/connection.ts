@@ -145,6 +145,11 @@ export class DeviceConnection {
     return this._request(request, null);
   }
 
+  /** The kernel asks the notebook to run a cell again (the id of the cell). */
+  get rerunRequested(): ISignal<this, string> {
+    return this._rerunRequested;
+  }
+
   /** Emitted whenever anything the panel shows has changed. */
   get changed(): ISignal<this, void> {
     return this._changed;
@@ -544,6 +549,10 @@ export class DeviceConnection {
       return;
     }
     const message = data as FromKernel;
+    if (message.type !== 'view' && message.type !== 'delta' && this._view) {
+      // every kernel message is numbered in the comm's sequence: the next delta's base
+      this._view = { ...this._view, seq: message.seq };
+    }
     this._messageReceived.emit(message);
     switch (message.type) {
       case 'view':
@@ -562,10 +571,12 @@ export class DeviceConnection {
         break;
       }
       case 'reply':
-        if (this._view) {
-          this._view = { ...this._view, seq: message.seq };
-        }
         this._onReply(message);
+        break;
+      case 'rerun':
+        if (message.cell_id.length > 0) {
+          this._rerunRequested.emit(message.cell_id);
+        }
         break;
       case 'unloaded':
         // one clear state: not loaded, no window, no stale status line
@@ -712,6 +723,7 @@ export class DeviceConnection {
   private _isDisposed = false;
   private _changed = new Signal<this, void>(this);
   private _messageReceived = new Signal<this, FromKernel>(this);
+  private _rerunRequested = new Signal<this, string>(this);
 }
 
 function describeError(error: unknown): string {

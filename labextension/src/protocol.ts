@@ -135,6 +135,12 @@ export interface IUnloadedMessage extends IEnvelope {
   message: string;
 }
 
+export interface IRerunMessage extends IEnvelope {
+  type: 'rerun';
+  seq: number;
+  cell_id: string;
+}
+
 export interface IWindowMessage extends IEnvelope {
   type: 'window';
   request_id: string;
@@ -158,7 +164,7 @@ export interface IUndoMessage extends IEnvelope {
   request_id: string;
 }
 
-export type FromKernel = IViewMessage | IDeltaMessage | IReplyMessage | IUnloadedMessage;
+export type FromKernel = IViewMessage | IDeltaMessage | IReplyMessage | IUnloadedMessage | IRerunMessage;
 export type ToKernel = IWindowMessage | IRefreshMessage | IMoveMessage | IUndoMessage;
 
 /** The schema itself, for the runtime checks in validate.ts. */
@@ -277,6 +283,12 @@ export const SCHEMA = {
       "from": "kernel",
       "fields": {
         "message": "str"
+      }
+    },
+    "rerun": {
+      "from": "kernel",
+      "fields": {
+        "cell_id": "str"
       }
     },
     "window": {

@@ -377,3 +377,37 @@ describe('extension points for other message types', () => {
     });
   });
 });
+
+describe('sequence', () => {
+  it('a delta after another kernel message (a rerun) still applies', async () => {
+    const h = await harness();
+    const seq = loadFixture('basic').seq;
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 2,
+      type: 'rerun',
+      seq: seq + 1,
+      cell_id: 'c-1'
+    });
+    const sentBefore = h.comm.sent.length;
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 2,
+      type: 'delta',
+      seq: seq + 2,
+      base: seq + 1,
+      header: null,
+      window: {
+        upsert: [],
+        remove: ['y'],
+        order: loadFixture('basic')
+          .window.rows.map(r => r.key)
+          .filter(k => k !== 'y'),
+        matching: 6,
+        total: 6
+      }
+    });
+    expect(rowNames(h.panel)).not.toContain('y');
+    expect(h.comm.sent.length).toBe(sentBefore); // no window re-request
+  });
+});
