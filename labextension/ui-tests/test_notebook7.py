@@ -1,7 +1,8 @@
 """The same labextension in Jupyter Notebook 7: the Devices sidebar and the %devices widget.
 
 Its own server (``python -m notebook``) with isolated config/data dirs, stopped by its own PID
-(and process group, which holds the kernel); Debian chromium as in ``conftest.py``. Skipped
+(and process group, which holds the kernel); a page of the Debian chromium that ``conftest.py``
+starts. Skipped
 where the ``notebook`` package (the test extra) is not installed.
 """
 
@@ -27,9 +28,6 @@ expect = pytest.importorskip("playwright.sync_api").expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"]
-ARGS += ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PANEL = "#torchdevice-magic-panel"
 CELLS = ".jp-Notebook .jp-Cell"
 
@@ -41,11 +39,10 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def nb7():
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium)")
+def nb7(lab):
+    """A Notebook 7 server and a page in the browser the JupyterLab tests already run (one
+    Playwright per process: a second sync Playwright cannot start inside the first one's loop)."""
     import nbformat
-    from playwright.sync_api import sync_playwright
 
     root = Path(tempfile.mkdtemp(prefix="tdm-nb7-"))
     home = {name: root / name for name in ("config", "data", "runtime", "ipython", "work")}
@@ -79,7 +76,7 @@ def nb7():
     proc = subprocess.Popen(
         cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
-    playwright = browser = None
+    page = None
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -90,9 +87,7 @@ def nb7():
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise RuntimeError((root / "notebook.log").read_text()[-3000:]) from None
                 time.sleep(0.25)
-        playwright = sync_playwright().start()
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page = lab.page.context.browser.new_page(viewport={"width": 1280, "height": 800})
         page.set_default_timeout(30_000)
         page.goto(f"http://127.0.0.1:{port}/notebooks/demo.ipynb", timeout=60_000)
         page.wait_for_function(
@@ -103,10 +98,8 @@ def nb7():
         yield page
     finally:
         try:
-            if browser is not None:
-                browser.close()
-            if playwright is not None:
-                playwright.stop()
+            if page is not None:
+                page.close()
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

@@ -163,6 +163,19 @@ def widen_sidebar(page, width: int = 560) -> None:
 # ---- the tests ----------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module", autouse=True)
+def fresh_kernel(lab):
+    """These tests tell one session's story from a kernel without the extension: restart the
+    kernel other test modules (sharing this JupyterLab) may have used, and wait for it."""
+    page = lab.page
+    page.evaluate("window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
+    page.wait_for_function(
+        "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
+        timeout=60_000,
+    )
+    yield
+
+
 def test_load_from_sidebar(lab):
     """A fresh kernel: the sidebar says the extension is not loaded; Load makes it ready."""
     page = lab.page
@@ -176,6 +189,7 @@ def test_load_from_sidebar(lab):
     load = page.locator(LOAD)
     expect(load).to_be_visible()
     expect(load).to_have_text("Load in this kernel")
+    cells_before = page.locator(CELLS).count()
     load.click()
     expect(panel).to_have_attribute("data-state", "ready")
     expect(panel).to_have_attribute("data-torch", "false")
@@ -184,7 +198,7 @@ def test_load_from_sidebar(lab):
     )
     expect(load).to_be_hidden()
     # Loading is silent: no cell ran, nothing in the notebook changed.
-    assert page.locator(CELLS).count() == 1
+    assert page.locator(CELLS).count() == cells_before
 
 
 def test_cells_show_rows_and_totals(lab):
