@@ -4,7 +4,7 @@ memory; device-mismatch errors explained; safe one-click moves between devices.
     %load_ext torchdevice_magic
 
 Public API (the pure core, usable without IPython): :func:`scan`, :func:`move`,
-:func:`diagnose`. Importing this package never imports torch.
+:func:`diagnose`, :func:`holders`. Importing this package never imports torch.
 """
 
 from __future__ import annotations
@@ -32,6 +32,15 @@ def diagnose(
     return _diagnose(exc, namespace, cell, **options)
 
 
+def holders(namespace: Any, device: str | None = None, **options: Any) -> Any:
+    """What keeps tensor memory alive outside the named variables of ``namespace``: a list of
+    :class:`~torchdevice_magic.memory.Holder` (``.where``, ``.device``, ``.bytes``,
+    ``.release()``), biggest first (see :mod:`.memory`)."""
+    from .memory import holders as _holders
+
+    return _holders(namespace, device, **options)
+
+
 def load_ipython_extension(ipython: Any) -> None:
     from .session import load
 
@@ -48,4 +57,4 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "torchdevice-magic"}]
 
 
-__all__ = ["Inventory", "Record", "scan", "move", "diagnose", "__version__"]
+__all__ = ["Inventory", "Record", "scan", "move", "diagnose", "holders", "__version__"]

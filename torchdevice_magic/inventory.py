@@ -1085,7 +1085,14 @@ def _rescan(
     # Names the cell mentions: look again at plain tensors and containers among them (a freed
     # object's id may now belong to a new one). Modules and optimizers need not: their
     # signatures and weak references catch a replacement.
-    forced = [n for n in changed if n in entries and not _entry_volatile(entries[n])]
+    # A name with no entry yet (an empty list the cell appended to: same id, so not stale)
+    # is looked at again too, or its new tensors would be missed until a full scan.
+    forced = [
+        n
+        for n in changed
+        if (n in entries and not _entry_volatile(entries[n]))
+        or (n not in entries and n in namespace)
+    ]
     stale = list(dict.fromkeys(chain(stale, forced)))
     stale_set = set(stale)
     for name in list(volatile) if recheck else ():

@@ -22,6 +22,7 @@ from traitlets.config import Configurable
 
 from . import protocol
 from .inventory import Inventory, orphan_warning, scan
+from .memory import Timeline, cuda_figures, reset_cuda_peaks
 
 log = logging.getLogger("torchdevice_magic")
 
@@ -69,6 +70,13 @@ class TorchDeviceMagic(Configurable):
     row_limit = Int(
         protocol.DEFAULT_ROW_LIMIT, help="Most rows sent to the sidebar in one snapshot."
     ).tag(config=True)
+    track_peak = Bool(
+        True,
+        help="Measure each cell's peak CUDA memory: before every cell, reset the process-wide "
+        "peak counters (torch.cuda.reset_peak_memory_stats), so other code reading "
+        "max_memory_allocated sees the peak since the last cell. Only when CUDA is already "
+        "initialised (it is never initialised for this).",
+    ).tag(config=True)
 
 
 class DeviceSession:
@@ -86,6 +94,8 @@ class DeviceSession:
         self._warned: set[tuple] = set()
         self._hook_failed = False
         self.suppress_auto_diagnosis = 0
+        self.timeline = Timeline()
+        self._peak_from_cell_start = False
         self.config.observe(self._config_changed)
 
     # -- the namespace ---------------------------------------------------------------------
@@ -219,7 +229,22 @@ class DeviceSession:
             row_limit=self.config.row_limit,
         )
 
-    # -- the post-execute hook ----------------------------------------------------------------
+    # -- the pre/post-execute hooks -------------------------------------------------------------
+    def pre_run_cell(self, info: Any = None) -> None:
+        """Before every cell: reset CUDA's peak counters (config ``track_peak``) so the timeline
+        can show this cell's peak. Never initialises CUDA; never raises."""
+        self._peak_from_cell_start = False
+        if "torch" not in sys.modules:
+            return
+        try:
+            cuda = sys.modules["torch"].cuda
+            if not cuda.is_initialized():
+                self._peak_from_cell_start = True  # initialised during the cell, if at all
+            elif self.config.track_peak:
+                self._peak_from_cell_start = reset_cuda_peaks()
+        except Exception:
+            log.debug("torchdevice_magic: could not reset the CUDA peak", exc_info=True)
+
     def post_run_cell(self, result: Any) -> None:
         """After every (non-silent) cell. Never raises into the user's session."""
         if "torch" not in sys.modules:
@@ -237,8 +262,11 @@ class DeviceSession:
         only_data = touches_only_data(names, self.namespace, self.inventory)
         inventory = self.rescan(names, recheck=not only_data)
         error = getattr(result, "error_in_exec", None)
-        if error is not None and self.config.auto_diagnose and not self.suppress_auto_diagnosis:
-            self.show_diagnosis(error, cell)
+        self.record_memory(result, names, inventory)
+        automatic = self.config.auto_diagnose and not self.suppress_auto_diagnosis
+        # a device mismatch is explained by .diagnose; an out-of-memory error by .memory
+        if error is not None and automatic and self.show_diagnosis(error, cell) is None:
+            self.show_oom(error)
         if self.config.warn_on_mixed:
             self._warn_new_mixed(inventory)
         if self.has_views():
@@ -252,6 +280,43 @@ class DeviceSession:
             # text for terminals and logs, escaped HTML where a notebook renders it
             self.publish({"text/plain": diagnosis.text(), "text/html": diagnosis._repr_html_()})
         return diagnosis
+
+    # -- memory: per-cell timeline, holders, out-of-memory (logic in .memory) ------------------
+    def record_memory(self, result: Any, names: tuple[str, ...], inventory: Inventory) -> None:
+        """Add this cell to the memory timeline (reusing the hook's scan); warn about leaks."""
+        cell = getattr(result, "execution_count", None) or getattr(self.shell, "execution_count", 0)
+        try:
+            figures = cuda_figures()
+            if not self._peak_from_cell_start:  # the peak is since some earlier cell: not shown
+                figures = {d: (a, r, None) for d, (a, r, _) in figures.items()}
+            _, warnings = self.timeline.record(cell, inventory, self.namespace, names, cuda=figures)
+        except Exception:  # the timeline must never cost the user the diagnosis
+            log.exception("torchdevice_magic: recording this cell's memory failed")
+            return
+        for warning in warnings:
+            print(f"⚠ torchdevice_magic: {warning}", file=sys.stderr)
+
+    def holders(self, device: str | None = None) -> list[Any]:
+        from .memory import HolderList, holders
+
+        inventory = self.full_scan()
+        found = holders(
+            self.namespace, device, inventory=inventory, forgotten=self.timeline.forgotten
+        )
+        return HolderList(found)
+
+    def show_oom(self, error: BaseException) -> Any:
+        from .memory import explain_oom
+
+        explanation = explain_oom(
+            error,
+            self.namespace,
+            inventory=self.inventory,
+            forgotten=self.timeline.forgotten,
+        )
+        if explanation is not None:
+            self.publish({"text/plain": explanation.text(), "text/html": explanation._repr_html_()})
+        return explanation
 
     def show(self, obj: Any) -> None:
         """Display through this session's own shell (not whichever shell is global)."""
@@ -375,6 +440,7 @@ def load(shell: Any) -> DeviceSession:
     session = DeviceSession(shell)
     setattr(shell, _SESSION_ATTRIBUTE, session)
     shell.register_magics(DeviceMagics(shell, session))
+    shell.events.register("pre_run_cell", session.pre_run_cell)
     shell.events.register("post_run_cell", session.post_run_cell)
     if session.config not in shell.configurables:
         shell.configurables.append(session.config)
@@ -392,6 +458,8 @@ def unload(shell: Any) -> None:
 
     with contextlib.suppress(ValueError):
         shell.events.unregister("post_run_cell", session.post_run_cell)
+    with contextlib.suppress(ValueError):
+        shell.events.unregister("pre_run_cell", session.pre_run_cell)
     for kind, names in MAGIC_NAMES.items():
         for name in names:
             shell.magics_manager.magics[kind].pop(name, None)

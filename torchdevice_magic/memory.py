@@ -1,0 +1,1504 @@
+"""Where did my memory go: who holds it, what each cell added, and out-of-memory errors explained.
+
+Pure core: no IPython, no ipywidgets, torch never imported here. Three things:
+
+* :func:`holders` finds what keeps tensor memory alive *outside* the user's named variables:
+  the last error's traceback (every frame of it keeps its locals), the output history
+  (``Out[12]``, ``_``), autograd graphs kept alive by live results (``loss``, a list of losses),
+  gradients and optimizer state of parameters no variable holds, closures and bound objects of
+  hooks registered on modules, and objects holding tensors in attributes (plus, given what the
+  timeline knows, a second name still holding a deleted name's tensor). Each :class:`Holder`
+  says where, on which device, how many bytes (storages counted once, minus what named
+  variables hold anyway) and can :meth:`Holder.release` exactly that reference.
+* :class:`Timeline` records, after each cell, the bytes held per device (named + holders, each
+  storage once), the change, the names that grew or shrank, CUDA allocator figures, and
+  notices holders that keep growing (a leak) -- reusing the scan the hook already made.
+* :func:`explain_oom` explains ``torch.OutOfMemoryError`` and CPU allocation failures in the
+  user's own names. It never frees anything by itself.
+
+There is ONE walker of user objects (:func:`torchdevice_magic.scan`): everything here finds
+*candidate* objects (a frame's locals, an ``Out`` entry, a hook's closure cells, the tensors an
+autograd graph saved) and asks ``scan({label: obj})`` for their devices, bytes and storage keys
+(:meth:`Inventory.storages`), then subtracts the storages of the named variables. The only
+traversals here are of things that are not user objects: a traceback's frames, an autograd
+graph's nodes (``next_functions``), a module tree's hook dicts; and a one-level look into a
+top-level list/tuple/dict for tensors that carry a graph.
+
+A :class:`Holder` never keeps a tensor alive: it holds the namespace, names, ids, and weak
+references (to exceptions, modules, optimizers -- never to Parameters), and re-finds the
+object when asked to release it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import html
+import os
+import re
+import sys
+import types
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .inventory import Inventory, is_ipython_bookkeeping, scan
+from .units import device_sort_key, format_bytes
+
+Keys = dict[tuple, tuple[str, int]]
+
+#: Bumped by every release: the timeline re-measures what it tracks when it changed.
+_RELEASES = [0]
+
+_CO_OPTIMIZED = 0x0001  # a function frame (fast locals), not a module or class body
+_HOOK_DICTS = (
+    ("_forward_hooks", "forward hook"),
+    ("_forward_pre_hooks", "forward pre-hook"),
+    ("_backward_hooks", "backward hook"),
+    ("_backward_pre_hooks", "backward pre-hook"),
+)
+_GLOBAL_HOOKS = (
+    ("_global_forward_hooks", "global forward hook"),
+    ("_global_forward_pre_hooks", "global forward pre-hook"),
+    ("_global_backward_hooks", "global backward hook"),
+    ("_global_backward_pre_hooks", "global backward pre-hook"),
+)
+#: Objects of types from these packages are never "objects holding tensors in attributes".
+_NOT_USER_PACKAGES = frozenset(
+    {"builtins", "torch", "IPython", "ipykernel", "ipywidgets", "traitlets", "numpy", "pandas"}
+    | {"typing", "collections", "functools", "abc", "torchdevice_magic", "jupyter_client"}
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Holders
+
+
+@dataclass
+class Holder:
+    """One reference that keeps tensor memory alive outside the named variables, on one device.
+
+    ``bytes``: storages counted once, not counting storages a named variable holds anyway (for
+    a ``second name`` holder: the bytes a deleted name left behind that only it still holds).
+    """
+
+    where: str
+    device: str
+    bytes: int
+    kind: str
+    fix: str = ""
+    count: int = 0  # tensors / graphs / frames / entries behind it, where that means something
+    _release: Callable[[], str] | None = field(default=None, repr=False)
+    _keys: Keys = field(default_factory=dict, repr=False)
+    _namespace: Any = field(default=None, repr=False)
+    released: bool = field(default=False, repr=False)
+    note: str = ""
+
+    def release(self) -> int:
+        """Drop exactly this reference; return the bytes that are now freed (on every device
+        the reference held: storages no named variable and no other holder still reaches)."""
+        if self.released or self._release is None:
+            return 0
+        self.note = self._release()
+        self.released = True
+        _RELEASES[0] += 1
+        still = _all_held_keys(self._namespace)
+        return sum(nbytes for key, (_, nbytes) in self._keys.items() if key not in still)
+
+    def line(self, index: int | None = None) -> str:
+        head = f"[{index}] " if index is not None else ""
+        text = f"{head}{self.where}: {format_bytes(self.bytes)} on {self.device}"
+        return text + (f" -> {self.fix}" if self.fix else "")
+
+
+@dataclass
+class _Source:
+    """What one reference holds, before the named storages are subtracted."""
+
+    where: str
+    kind: str
+    keys: Keys
+    release: Callable[[], str] | None
+    fix: str = ""
+    count: int = 0
+    token: Any = None  # identity of what it measured (the timeline's leak check)
+    key: str = ""  # stable among a name's holders (the timeline follows it between cells)
+    #: what to subtract instead of the named storages (an optimizer's own state is "named"
+    #: under its name, but releasing the orphaned part frees it; a second name: nothing)
+    subtract: Keys | None = None
+
+
+def _keys_of(parts: Mapping[str, Any]) -> tuple[Inventory, Keys]:
+    inventory = scan(parts)
+    return inventory, inventory.storages()
+
+
+def _root_keys(inventory: Inventory, root: str) -> Keys:
+    return inventory.subset([root]).storages()
+
+
+def _is_tensor(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _shallow_items(value: Any) -> list[tuple[Any, Any]]:
+    """(key, element) of a top-level list/tuple/dict, with the base classes' iteration (never a
+    subclass's override); anything else: none."""
+    try:
+        if isinstance(value, dict):
+            return list(dict.items(value))
+        if isinstance(value, list):
+            return list(enumerate(list.__iter__(value)))
+        if isinstance(value, tuple):
+            return list(enumerate(tuple.__iter__(value)))
+    except Exception:
+        pass
+    return []
+
+
+# -- autograd graphs ---------------------------------------------------------------------------
+
+_SAVED_ATTRIBUTES: dict[type, tuple[str, ...]] = {}
+
+
+def _saved_names(node: Any) -> tuple[str, ...]:
+    kind = type(node)
+    names = _SAVED_ATTRIBUTES.get(kind)
+    if names is None:
+        try:
+            names = tuple(n for n in dir(node) if n.startswith("_saved_"))
+        except Exception:
+            names = ()
+        _SAVED_ATTRIBUTES[kind] = names
+    return names
+
+
+def graph_tensors(roots: Iterable[Any], limit: int = 200_000) -> list[Any]:
+    """The tensors the autograd graphs of ``roots`` (tensors) keep alive: every node's saved
+    tensors (``_saved_*``; freed after ``backward()``), custom Functions' ``saved_tensors``, and
+    the leaves ``AccumulateGrad`` nodes hold. Walks graph nodes, not user objects."""
+    found: list[Any] = []
+    seen: set[int] = set()
+    stack = []
+    for tensor in roots:
+        try:
+            node = tensor.grad_fn
+        except Exception:
+            node = None
+        if node is not None:
+            stack.append(node)
+    torch = sys.modules.get("torch")
+    tensor_type = torch.Tensor if torch is not None else ()
+    while stack and len(seen) < limit:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        for name in _saved_names(node):
+            try:
+                value = getattr(node, name)
+            except Exception:  # freed by backward()
+                continue
+            if isinstance(value, tensor_type):
+                found.append(value)
+            elif isinstance(value, (tuple, list)):
+                found.extend(v for v in value if isinstance(v, tensor_type))
+        try:
+            variable = getattr(node, "variable", None)  # AccumulateGrad: the leaf
+            if isinstance(variable, tensor_type):
+                found.append(variable)
+        except Exception:
+            pass
+        if hasattr(type(node), "saved_tensors"):  # a custom autograd.Function's context
+            with contextlib.suppress(Exception):
+                found.extend(v for v in node.saved_tensors if isinstance(v, tensor_type))
+        with contextlib.suppress(Exception):
+            stack.extend(child for child, _ in node.next_functions if child is not None)
+    return found
+
+
+def _graph_roots(value: Any) -> list[Any]:
+    """Tensors with a graph in ``value`` (a tensor, or one level of a list/tuple/dict)."""
+    if _is_tensor(value):
+        return [value] if _has_graph(value) else []
+    return [v for _, v in _shallow_items(value) if _is_tensor(v) and _has_graph(v)]
+
+
+def _tensor_count(value: Any) -> int:
+    if _is_tensor(value):
+        return 1
+    return sum(1 for _, v in _shallow_items(value) if _is_tensor(v))
+
+
+def _has_graph(tensor: Any) -> bool:
+    try:
+        return tensor.grad_fn is not None
+    except Exception:
+        return False
+
+
+def _detach_graphs(namespace: Any, name: str, expected_id: int) -> str:
+    value = namespace.get(name)
+    if value is None or id(value) != expected_id:
+        return f"{name} was rebound since: nothing released"
+    if _is_tensor(value):
+        if not _detach_in_place(value):
+            namespace[name] = value.detach()
+        return f"{name} no longer keeps its autograd graph (it was detached)"
+    released = 0
+    for key, element in _shallow_items(value):
+        if _is_tensor(element) and _has_graph(element):
+            if not _detach_in_place(element):
+                if isinstance(value, tuple):
+                    continue  # immutable: cannot swap the element
+                value[key] = element.detach()
+            released += 1
+    return f"{name}: {released} tensors detached from their autograd graphs"
+
+
+def _detach_in_place(tensor: Any) -> bool:
+    try:
+        tensor.detach_()
+        return True
+    except Exception:  # a view cannot be detached in place
+        return False
+
+
+def _graph_source(namespace: Any, name: str, value: Any) -> _Source | None:
+    roots = _graph_roots(value)
+    if not roots:
+        return None
+    saved = graph_tensors(roots)
+    if not saved:
+        return None
+    _, keys = _keys_of({f"{name} (autograd graph)": saved})
+    if not keys:
+        return None
+    if _is_tensor(value):
+        where, fix = f"{name} (autograd graph)", f"{name} = {name}.detach() once backward() ran"
+        count = 1
+    else:
+        count = len(roots)
+        plural = "graph" if count == 1 else "graphs"
+        where = f"{name}: {count} autograd {plural}"
+        fix = "append loss.item() or loss.detach()"
+    return _Source(
+        where,
+        "autograd graph",
+        keys,
+        functools.partial(_detach_graphs, namespace, name, id(value)),
+        fix,
+        count,
+        token=id(value),
+        key="graph",
+    )
+
+
+# -- the last error's traceback ----------------------------------------------------------------
+
+
+def _last_exception() -> BaseException | None:
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    return exc if isinstance(exc, BaseException) else None
+
+
+def _exception_chain(exc: BaseException) -> list[BaseException]:
+    chain, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return chain
+
+
+def _traceback_frames(exc: BaseException) -> list[types.FrameType]:
+    frames: list[types.FrameType] = []
+    seen: set[int] = set()
+    for link in _exception_chain(exc):
+        tb = link.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            if id(frame) not in seen and frame.f_code.co_flags & _CO_OPTIMIZED:
+                seen.add(id(frame))
+                frames.append(frame)
+            tb = tb.tb_next
+    return frames
+
+
+def _frame_locals(frame: types.FrameType) -> dict[str, Any]:
+    try:
+        return dict(frame.f_locals)
+    except Exception:
+        return {}
+
+
+def _clear_frames(exc_id: int) -> str:
+    # exceptions can't be weakly referenced: find it again as the last error, by id
+    exc = _last_exception()
+    if exc is None or id(exc) != exc_id:
+        return "the last error is no longer that one: nothing released"
+    cleared = 0
+    for frame in _traceback_frames(exc):
+        snapshot = frame.f_locals  # on Python < 3.13 a dict the frame keeps: empty it too
+        try:
+            frame.clear()
+        except RuntimeError:
+            continue  # still executing (or a suspended generator): leave it
+        if isinstance(snapshot, dict):
+            snapshot.clear()
+        cleared += 1
+    return f"cleared the locals of {cleared} frames of the last error (%debug can't show them now)"
+
+
+def _traceback_source(exc: BaseException | None) -> _Source | None:
+    if exc is None:
+        return None
+    frames = _traceback_frames(exc)
+    parts: dict[str, Any] = {}
+    for frame in frames:
+        function = frame.f_code.co_name
+        for local, value in _frame_locals(frame).items():
+            label = f"{function}() local {local!r}"
+            if label in parts:  # recursion: the same function twice
+                label += f" (frame {len(parts)})"
+            parts[label] = value
+    if not parts:
+        return None
+    inventory, keys = _keys_of(parts)
+    if not keys:
+        return None
+    # name the frames' biggest locals (the batch, the activations)
+    ranked = sorted(
+        (r for r in inventory.records if r.bytes), key=lambda r: (-r.bytes, r.root or r.name)
+    )
+    names = list(dict.fromkeys((r.root or r.name) for r in ranked))[:3]
+    where = f"last error ({type(exc).__name__}): " + ", ".join(names)
+    holding = {id(f) for f in frames}
+    return _Source(
+        where + (f" ({len(holding)} frames)" if len(holding) > 1 else ""),
+        "traceback",
+        keys,
+        functools.partial(_clear_frames, id(exc)),
+        "release it (clears those frames' locals; %debug can no longer show them)",
+        len(frames),
+        token=id(exc),
+    )
+
+
+# -- the output history ------------------------------------------------------------------------
+
+
+def _out_aliases(namespace: Any, key: Any, value: Any) -> list[str]:
+    aliases = [f"_{key}"] if isinstance(key, int) else []
+    aliases += [a for a in ("_", "__", "___") if namespace.get(a) is value]
+    return [a for a in aliases if a in namespace]
+
+
+def _drop_output(namespace: Any, key: Any, expected_id: int) -> str:
+    out = namespace.get("Out")
+    value = out.get(key) if isinstance(out, dict) else None
+    if value is None or id(value) != expected_id:
+        return f"Out[{key!r}] changed since: nothing released"
+    aliases = _out_aliases(namespace, key, value)
+    del out[key]
+    for alias in aliases:
+        if alias.strip("_"):
+            namespace.pop(alias, None)  # _12
+        else:
+            namespace[alias] = ""  # _, __, ___: what IPython starts them with
+    return f"deleted Out[{key!r}]" + (f" and {', '.join(aliases)}" if aliases else "")
+
+
+def _out_sources(namespace: Any, only: Iterable[Any] | None = None) -> list[_Source]:
+    out = namespace.get("Out") if hasattr(namespace, "get") else None
+    if not isinstance(out, dict) or not out:
+        return []
+    try:
+        items = list(dict.items(out)) if only is None else [(k, out[k]) for k in only if k in out]
+    except Exception:
+        return []
+    labels = {f"Out[{key!r}]": (key, value) for key, value in items}
+    inventory = scan({label: value for label, (_, value) in labels.items()})
+    roots = {r.root or r.name for r in inventory.records}
+    sources = []
+    for label, (key, value) in labels.items():
+        graph = _graph_roots(value)
+        if label not in roots and not graph:
+            continue
+        keys = _root_keys(inventory, label) if label in roots else {}
+        if graph:
+            keys.update(_keys_of({label: graph_tensors(graph)})[1])
+        if not keys:
+            continue
+        aliases = _out_aliases(namespace, key, value)
+        where = label + (f" (also {', '.join(aliases)})" if aliases else "")
+        sources.append(
+            _Source(
+                where,
+                "output history",
+                keys,
+                functools.partial(_drop_output, namespace, key, id(value)),
+                "end the cell with ; (or assign the result) so it is not kept",
+                1,
+                token=(key, id(value)),
+            )
+        )
+    return sources
+
+
+# -- optimizers of parameters no variable holds -----------------------------------------------
+
+
+def _optimizer_params(optimizer: Any) -> list[Any]:
+    params = []
+    for group in optimizer.param_groups:
+        params.extend(group["params"])
+    return params
+
+
+def _orphans(optimizer: Any, named_keys: Keys) -> list[Any]:
+    params = [p for p in _optimizer_params(optimizer) if _is_tensor(p)]
+    if not params:
+        return []
+    labels = {f"p{i}": p for i, p in enumerate(params)}
+    inventory = scan(labels)
+    orphans = []
+    for label, param in labels.items():
+        keys = _root_keys(inventory, label)
+        own = {k for k, (device, _) in keys.items() if device != "meta"} or set(keys)
+        if own and own.isdisjoint(named_keys):
+            orphans.append(param)
+    return orphans
+
+
+def _drop_orphan_state(optimizer_ref: Any, orphan_ids: frozenset[int], name: str) -> str:
+    optimizer = optimizer_ref()
+    if optimizer is None:
+        return f"{name} is gone already"
+    dropped = 0
+    for group in optimizer.param_groups:
+        kept = [p for p in group["params"] if id(p) not in orphan_ids]
+        dropped += len(group["params"]) - len(kept)
+        group["params"] = kept
+    for param in [p for p in optimizer.state if id(p) in orphan_ids]:
+        del optimizer.state[param]
+    return (
+        f"{name} no longer updates (or keeps state for) {dropped} parameters no variable held; "
+        "make a new optimizer for the model you train now"
+    )
+
+
+def _optimizer_source(name: str, optimizer: Any, named_keys: Keys) -> _Source | None:
+    orphans = _orphans(optimizer, named_keys)
+    if not orphans:
+        return None
+    parts: dict[str, Any] = {f"{name} parameters": orphans}
+    state = []
+    for param in orphans:
+        try:
+            value = optimizer.state.get(param)
+        except Exception:
+            value = None
+        if isinstance(value, dict):
+            state.append(dict(value))
+    parts[f"{name} state"] = state
+    _, keys = _keys_of(parts)
+    if not keys:
+        return None
+    return _Source(
+        f"{name}: state of parameters no variable holds",
+        "optimizer",
+        keys,
+        functools.partial(
+            _drop_orphan_state, weakref.ref(optimizer), frozenset(map(id, orphans)), name
+        ),
+        f"make {name} again for the current model (or del {name})",
+        len(orphans),
+        token=id(optimizer),
+        key="optimizer",
+        subtract=named_keys,
+    )
+
+
+# -- hooks on modules ----------------------------------------------------------------------------
+
+
+def _callable_parts(function: Any, label: str) -> dict[str, Any]:
+    """What a hook callable keeps alive: closure cells, defaults, a bound object's attributes,
+    a partial's arguments, a callable object's attributes."""
+    parts: dict[str, Any] = {}
+    if isinstance(function, functools.partial):
+        parts[f"{label} partial arguments"] = [*function.args, *function.keywords.values()]
+        function = function.func
+    if isinstance(function, types.MethodType):
+        owner = function.__self__
+        attributes = _attributes(owner)
+        if attributes:
+            parts[f"{label} bound {type(owner).__name__}"] = attributes
+        function = function.__func__
+    if isinstance(function, types.FunctionType):
+        cells = function.__closure__ or ()
+        for variable, cell in zip(function.__code__.co_freevars, cells, strict=False):
+            try:
+                parts[f"{label} closure {variable!r}"] = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+        if function.__defaults__:
+            parts[f"{label} defaults"] = list(function.__defaults__)
+    elif not isinstance(function, types.BuiltinFunctionType):
+        attributes = _attributes(function)
+        if attributes:
+            parts[f"{label} {type(function).__name__} object"] = attributes
+    return parts
+
+
+def _attributes(obj: Any) -> dict[str, Any]:
+    try:
+        attributes = object.__getattribute__(obj, "__dict__")
+    except Exception:
+        return {}
+    return dict(attributes) if type(attributes) is dict else {}
+
+
+def _remove_hook(module_ref: Any, attribute: str, hook_id: Any, where: str) -> str:
+    module = module_ref() if module_ref is not None else None
+    hooks = _global_hook_dict(attribute) if module_ref is None else None
+    if module is not None:
+        hooks = _attributes(module).get(attribute)
+    if not isinstance(hooks, dict) or hook_id not in hooks:
+        return f"{where}: the hook is gone already"
+    del hooks[hook_id]
+    hook = where.rpartition(" closure")[0] or where
+    return f"removed the {hook} (register it again storing output.detach() if you need it)"
+
+
+def _global_hook_dict(attribute: str) -> Any:
+    module = sys.modules.get("torch.nn.modules.module")
+    return getattr(module, attribute, None) if module is not None else None
+
+
+def _hook_sources(name: str, module: Any) -> list[_Source]:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return []
+    sources = []
+    try:
+        submodules = list(torch.nn.Module.named_modules(module, prefix=name))
+    except Exception:
+        return []
+    for path, submodule in submodules:
+        attributes = _attributes(submodule)
+        for attribute, kind in _HOOK_DICTS:
+            hooks = attributes.get(attribute)
+            if not hooks:
+                continue
+            for hook_id, function in list(hooks.items()):
+                where = f"{path} {kind} closure"
+                source = _callable_source(
+                    where, function, weakref.ref(submodule), attribute, hook_id
+                )
+                if source is not None:
+                    sources.append(source)
+    return sources
+
+
+def _global_hook_sources() -> list[_Source]:
+    sources = []
+    for attribute, kind in _GLOBAL_HOOKS:
+        hooks = _global_hook_dict(attribute)
+        if isinstance(hooks, dict):
+            for hook_id, function in list(hooks.items()):
+                source = _callable_source(f"{kind} closure", function, None, attribute, hook_id)
+                if source is not None:
+                    sources.append(source)
+    return sources
+
+
+def _callable_source(
+    where: str, function: Any, module_ref: Any, attribute: str, hook_id: Any
+) -> _Source | None:
+    parts = _callable_parts(function, where)
+    if not parts:
+        return None
+    # stashed outputs keep their graphs (the activations they saved)
+    graphs = [t for value in parts.values() for t in _graph_roots(value)]
+    tensors = sum(_tensor_count(value) for value in parts.values())
+    if graphs:
+        parts[f"{where} (autograd graphs)"] = graph_tensors(graphs)
+    _, keys = _keys_of(parts)
+    if not keys:
+        return None
+    return _Source(
+        where,
+        "hook",
+        keys,
+        functools.partial(_remove_hook, module_ref, attribute, hook_id, where),
+        "store output.detach() (or .cpu()) in the hook, or remove it: handle.remove()",
+        tensors,
+        token=(id(function), hook_id),
+        key=f"hook {where} {hook_id}",
+    )
+
+
+# -- objects holding tensors in attributes ------------------------------------------------------
+
+
+def _is_plain_user_object(value: Any) -> bool:
+    kind = type(value)
+    if isinstance(value, (type, types.ModuleType, types.FunctionType, types.MethodType)):
+        return False
+    module = getattr(kind, "__module__", "") or ""
+    if module.partition(".")[0] in _NOT_USER_PACKAGES:
+        return False
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(
+        value, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer)
+    ):
+        return False
+    return not isinstance(value, (list, tuple, dict, set, frozenset, str, bytes))
+
+
+def _clear_attributes(namespace: Any, name: str, expected_id: int, attributes: tuple) -> str:
+    obj = namespace.get(name)
+    if obj is None or id(obj) != expected_id:
+        return f"{name} was rebound since: nothing released"
+    state = _attributes(obj)
+    for attribute in attributes:
+        if attribute in state:
+            state[attribute] = None
+    shown = ", ".join(f"{name}.{a}" for a in attributes)
+    return f"set {shown} to None"
+
+
+def _attribute_source(namespace: Any, name: str, obj: Any) -> _Source | None:
+    attributes = {a: v for a, v in _attributes(obj).items() if not a.startswith("__")}
+    if not attributes:
+        return None
+    labels = {f"{name}.{a}": v for a, v in attributes.items()}
+    inventory = scan(labels)
+    holding = tuple(
+        dict.fromkeys((r.root or r.name).partition(".")[2] for r in inventory.records if r.bytes)
+    )
+    if not holding:
+        return None
+    keys = inventory.storages()
+    shown = ", ".join(f".{a}" for a in holding[:3]) + (" ..." if len(holding) > 3 else "")
+    return _Source(
+        f"{name} attributes ({shown})",
+        "attributes",
+        keys,
+        functools.partial(_clear_attributes, namespace, name, id(obj), holding),
+        f"set {name}.{holding[0]} = None when done with it",
+        len(holding),
+        token=id(obj),
+        key="attributes",
+    )
+
+
+# -- a second name of a deleted name's tensor ---------------------------------------------------
+
+
+def _drop_name(namespace: Any, root: str, expected_id: int) -> str:
+    if id(namespace.get(root, None)) != expected_id:
+        return f"{root} was rebound since: nothing released"
+    del namespace[root]
+    return f"deleted {root}"
+
+
+def _second_name_sources(
+    namespace: Any, inventory: Inventory, forgotten: Mapping[str, Keys]
+) -> list[_Source]:
+    wanted: Keys = {}
+    for keys in forgotten.values():
+        wanted.update(keys)
+    if not wanted:
+        return []
+    sources = []
+    for root in inventory.names():
+        keys = _root_keys(inventory, root)
+        shared = {k: v for k, v in keys.items() if k in wanted}
+        if not shared:
+            continue
+        gone = [n for n, k in forgotten.items() if not shared.keys().isdisjoint(k)]
+        sources.append(
+            _Source(
+                f"{root} (second name: still holds deleted {', '.join(gone)})",
+                "second name",
+                shared,
+                functools.partial(_drop_name, namespace, root, id(namespace.get(root))),
+                f"del {root} too (or rebind it)",
+                1,
+                token=id(namespace.get(root)),
+                key=f"second {root}",
+                subtract={},
+            )
+        )
+    return sources
+
+
+# -- all together ----------------------------------------------------------------------------------
+
+
+def _name_sources(namespace: Any, name: str, value: Any, named_keys: Keys) -> list[_Source]:
+    """The holders a top-level name's object brings: its graphs, hooks, orphaned optimizer
+    state, or attributes."""
+    torch = sys.modules.get("torch")
+    if torch is None or is_ipython_bookkeeping(name):
+        return []
+    try:
+        if isinstance(value, torch.nn.Module):
+            return _hook_sources(name, value)
+        if isinstance(value, torch.optim.Optimizer):
+            source = _optimizer_source(name, value, named_keys)
+            return [source] if source is not None else []
+        if isinstance(value, (torch.Tensor, list, tuple, dict)):
+            source = _graph_source(namespace, name, value)
+            return [source] if source is not None else []
+        if _is_plain_user_object(value):
+            source = _attribute_source(namespace, name, value)
+            return [source] if source is not None else []
+    except Exception:  # a hostile object: it is skipped, never fatal
+        return []
+    return []
+
+
+def _named_keys_without_optimizers(namespace: Any, inventory: Inventory) -> Keys:
+    torch = sys.modules.get("torch")
+    optimizer_type = torch.optim.Optimizer if torch is not None else ()
+    names = [n for n in inventory.names() if not isinstance(namespace.get(n), optimizer_type)]
+    return inventory.subset(names).storages()
+
+
+def _sources(
+    namespace: Any,
+    inventory: Inventory,
+    forgotten: Mapping[str, Keys] | None = None,
+) -> list[_Source]:
+    sources: list[_Source] = []
+    traceback = _traceback_source(_last_exception())
+    if traceback is not None:
+        sources.append(traceback)
+    sources.extend(_out_sources(namespace))
+    without_optimizers = _named_keys_without_optimizers(namespace, inventory)
+    for name in list(namespace):
+        if is_ipython_bookkeeping(name):
+            continue
+        try:
+            value = namespace[name]
+        except Exception:
+            continue
+        sources.extend(_name_sources(namespace, name, value, without_optimizers))
+    sources.extend(_global_hook_sources())
+    if forgotten:
+        sources.extend(_second_name_sources(namespace, inventory, forgotten))
+    return sources
+
+
+def _all_held_keys(namespace: Any) -> set[tuple]:
+    inventory = scan(namespace)
+    held = set(inventory.storages())
+    for source in _sources(namespace, inventory):
+        held.update(source.keys)
+    return held
+
+
+def holders(
+    namespace: Mapping[str, Any],
+    device: str | None = None,
+    *,
+    inventory: Inventory | None = None,
+    forgotten: Mapping[str, Keys] | None = None,
+) -> list[Holder]:
+    """Who keeps tensor memory alive outside the named variables of ``namespace``, biggest
+    first; ``device`` (``"cuda:0"``, or a type like ``"cuda"``) keeps only that device's.
+
+    ``inventory``: a scan of ``namespace`` made just now (saves one); ``forgotten``: storage
+    keys of names deleted or rebound recently (the session's timeline keeps them) -- a named
+    variable still holding one is listed as a ``second name``.
+    """
+    if "torch" not in sys.modules:
+        return []
+    if inventory is None:
+        inventory = scan(namespace)
+    named = inventory.storages()
+    found: list[Holder] = []
+    for source in _sources(namespace, inventory, forgotten):
+        subtract = named if source.subtract is None else source.subtract
+        outside = {k: v for k, v in source.keys.items() if k not in subtract}
+        by_device: dict[str, int] = {}
+        for dev, nbytes in outside.values():
+            by_device[dev] = by_device.get(dev, 0) + nbytes
+        for dev, nbytes in by_device.items():
+            if nbytes <= 0 or not _device_matches(dev, device):
+                continue
+            found.append(
+                Holder(
+                    source.where,
+                    dev,
+                    nbytes,
+                    source.kind,
+                    source.fix,
+                    source.count,
+                    source.release,
+                    outside,
+                    namespace,
+                )
+            )
+    found.sort(key=lambda h: (-h.bytes, device_sort_key(h.device), h.where))
+    return found
+
+
+def _device_matches(device: str, wanted: str | None) -> bool:
+    if not wanted:
+        return True
+    wanted = str(wanted)
+    return device == wanted or (":" not in wanted and device.partition(":")[0] == wanted)
+
+
+def held_outside(found: Iterable[Holder]) -> dict[str, int]:
+    """{device: bytes} held outside named variables by these holders, each storage once."""
+    keys: Keys = {}
+    for holder in found:
+        if holder.kind != "second name":
+            keys.update(holder._keys)
+    totals: dict[str, int] = {}
+    for dev, nbytes in keys.values():
+        totals[dev] = totals.get(dev, 0) + nbytes
+    return {d: totals[d] for d in sorted(totals, key=device_sort_key) if totals[d]}
+
+
+def holders_text(found: list[Holder]) -> str:
+    if not found:
+        return "Nothing holds tensor memory outside your named variables."
+    lines = ["Held outside named variables:"]
+    for device, nbytes in held_outside(found).items():
+        lines.append(f"  {device}: {format_bytes(nbytes)}")
+    lines.append("")
+    lines.extend(holder.line(index) for index, holder in enumerate(found))
+    lines.append("")
+    lines.append("Release one: %devices --release N   (or holders = %devices --holders -o; ")
+    lines[-1] += "holders[N].release())"
+    return "\n".join(lines)
+
+
+class HolderList(list):
+    """``%devices --holders -o``: a list of :class:`Holder` that prints as the text table."""
+
+    def __repr__(self) -> str:
+        return holders_text(list(self))
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))
+
+
+# --------------------------------------------------------------------------------------------
+# Memory per cell
+
+
+@dataclass
+class CellMemory:
+    """One row of the timeline: a cell on a device."""
+
+    cell: int
+    device: str
+    bytes: int
+    delta: int
+    peak: int | None = None
+    allocated: int | None = None
+    reserved: int | None = None
+    changes: tuple[tuple[str, int], ...] = ()  # (name or holder, bytes it grew or shrank)
+    note: str = ""
+
+    @property
+    def grew(self) -> str:
+        return ", ".join(f"{n} {_signed(b)}" for n, b in self.changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cell": self.cell,
+            "device": self.device,
+            "bytes": self.bytes,
+            "delta": self.delta,
+            "peak": self.peak,
+            "allocated": self.allocated,
+            "reserved": self.reserved,
+            "grew": self.grew,
+            "changes": [list(c) for c in self.changes],
+            "note": self.note,
+        }
+
+
+def _signed(nbytes: int) -> str:
+    return ("+" if nbytes >= 0 else "-") + format_bytes(abs(nbytes))
+
+
+class _Tracked:
+    """A holder the timeline follows between cells: its keys and a short growth history."""
+
+    __slots__ = ("source", "grew_in_row", "last_bytes", "warned")
+
+    def __init__(self, source: _Source) -> None:
+        self.source = source
+        self.grew_in_row = 0
+        self.last_bytes: dict[str, int] = {}
+        self.warned = False
+
+
+class Timeline:
+    """Per-cell memory of one session. :meth:`record` takes the inventory the post-execute
+    hook already made (no second walk); holders are re-measured only for what the cell
+    touched (its names, a new ``Out`` entry, a new error), so a plain cell costs a dict merge."""
+
+    def __init__(self, limit: int = 2000) -> None:
+        self.rows: list[CellMemory] = []
+        self.limit = limit
+        self.forgotten: dict[str, Keys] = {}
+        self._previous: Inventory | None = None
+        self._totals: dict[str, int] = {}
+        self._tracked: dict[str, _Tracked] = {}  # label -> what it holds
+        self._out_keys: set[Any] = set()
+        self._error_id: int | None = None
+        self._releases = _RELEASES[0]
+
+    # -- recording ------------------------------------------------------------------------
+    def record(
+        self,
+        cell: int,
+        inventory: Inventory,
+        namespace: Any,
+        names: Iterable[str] = (),
+        *,
+        error: BaseException | None = None,
+        cuda: Mapping[str, tuple[int | None, int | None, int | None]] | None = None,
+    ) -> tuple[list[CellMemory], list[str]]:
+        """Record the cell; return its rows and any leak warnings (one line each)."""
+        if not inventory.torch_imported:
+            return [], []
+        names = [n for n in dict.fromkeys(names) if not is_ipython_bookkeeping(n)]
+        previous = self._previous
+        named = inventory.storages()
+        changed_holders = self._update_holders(namespace, inventory, names, named)
+        held = dict(named)
+        for tracked in self._tracked.values():
+            held.update(tracked.source.keys)
+        totals: dict[str, int] = {}
+        for dev, nbytes in held.values():
+            totals[dev] = totals.get(dev, 0) + nbytes
+        changes, note = self._name_changes(previous, inventory, names, named)
+        changes.extend(changed_holders)
+        warnings = self._leaks(named)
+        rows = []
+        for dev in sorted(set(totals) | set(self._totals), key=device_sort_key):
+            now, before = totals.get(dev, 0), self._totals.get(dev, 0)
+            if not now and not before:
+                continue
+            figures = (cuda or {}).get(dev, (None, None, None))
+            mine = [(label, d) for label, dv, d in changes if dv == dev and d]
+            mine.sort(key=lambda c: -abs(c[1]))
+            rows.append(
+                CellMemory(
+                    cell,
+                    dev,
+                    now,
+                    now - before,
+                    figures[2],
+                    figures[0],
+                    figures[1],
+                    tuple(mine[:3]),
+                    note.get(dev, ""),
+                )  # fmt: skip
+            )
+        self._totals = totals
+        self._previous = inventory
+        self.rows.extend(rows)
+        del self.rows[: max(0, len(self.rows) - self.limit)]
+        return rows, warnings
+
+    def _name_changes(
+        self, previous: Inventory | None, inventory: Inventory, names: list[str], named: Keys
+    ) -> tuple[list[tuple[str, str, int]], dict[str, str]]:
+        """(name, device, bytes it grew) for the names the cell touched or removed; and a note
+        per device when a deleted or rebound name's storages stay alive under another name."""
+        if previous is None:
+            return [], {}
+        now = set(inventory.names())
+        before = previous.names()
+        gone = [n for n in before if n not in now]
+        touched = list(dict.fromkeys([*names, *gone]))
+        changes: list[tuple[str, str, int]] = []
+        notes: dict[str, str] = {}
+        for name in touched:
+            old = previous.subset([name]).totals() if name in before else {}
+            new = inventory.subset([name]).totals() if name in now else {}
+            for dev in set(old) | set(new):
+                delta = new.get(dev, 0) - old.get(dev, 0)
+                if delta:
+                    changes.append((name, dev, delta))
+            if name in before:
+                old_keys = previous.subset([name]).storages()
+                new_keys = inventory.subset([name]).storages() if name in now else {}
+                left = {k: v for k, v in old_keys.items() if k not in new_keys and k in named}
+                if left:
+                    self.forgotten[name] = left
+                    for dev in {d for d, _ in left.values()}:
+                        size = sum(n for d, n in left.values() if d == dev)
+                        verb = "del" if name not in now else "rebinding"
+                        notes[dev] = (
+                            f"{verb} {name} freed nothing of {format_bytes(size)}: "
+                            "another name still holds it (%devices --holders)"
+                        )
+        # forget what is no longer held at all
+        for name in list(self.forgotten):
+            keys = {k: v for k, v in self.forgotten[name].items() if k in named}
+            if keys and name not in now:
+                self.forgotten[name] = keys
+            else:
+                del self.forgotten[name]
+        return changes, notes
+
+    def _update_holders(
+        self, namespace: Any, inventory: Inventory, names: list[str], named: Keys
+    ) -> list[tuple[str, str, int]]:
+        """Re-measure the holders this cell could have changed (its names, a new error, new
+        ``Out`` entries; everything after a release); return (holder, device, growth)."""
+        full = self._releases != _RELEASES[0]
+        self._releases = _RELEASES[0]
+        fresh: dict[str, _Source | None] = {}
+        exc = _last_exception()
+        if full or (id(exc) if exc is not None else None) != self._error_id:
+            self._error_id = id(exc) if exc is not None else None
+            fresh["error"] = _traceback_source(exc)
+        out = namespace.get("Out") if hasattr(namespace, "get") else None
+        current = set(out) if isinstance(out, dict) else set()
+        added = current if full else current - self._out_keys
+        for key in (self._out_keys - current) | (added if full else set()):
+            fresh[f"out:{key!r}"] = None
+        self._out_keys = current
+        if added:
+            for source in _out_sources(namespace, sorted(added, key=repr)):
+                fresh[f"out:{source.token[0]!r}"] = source
+        present = namespace.keys() if hasattr(namespace, "keys") else set()
+        tracked_names = {
+            label.split("\x00")[1] for label in self._tracked if label[:5] == "name\x00"
+        }
+        for name in tracked_names:
+            if full or name not in present or name in names:
+                for label in [k for k in self._tracked if k.startswith(f"name\x00{name}\x00")]:
+                    fresh[label] = None
+        torch = sys.modules.get("torch")
+        without_optimizers: Keys | None = None
+        for name in list(present) if full else names:
+            if name not in present or is_ipython_bookkeeping(name):
+                continue
+            value = namespace.get(name)
+            if without_optimizers is None and isinstance(value, torch.optim.Optimizer):
+                without_optimizers = _named_keys_without_optimizers(namespace, inventory)
+            for source in _name_sources(namespace, name, value, without_optimizers or {}):
+                fresh[f"name\x00{name}\x00{source.key}"] = source
+        changes: list[tuple[str, str, int]] = []
+        for label, source in fresh.items():
+            tracked = self._tracked.get(label)
+            old = tracked.last_bytes if tracked is not None else {}
+            if source is None:
+                self._tracked.pop(label, None)
+                new: dict[str, int] = {}
+                shown = tracked.source.where if tracked is not None else label
+            else:
+                if tracked is None or tracked.source.token != source.token:
+                    tracked = self._tracked[label] = _Tracked(source)
+                tracked.source = source
+                new = {}
+                subtract = named if source.subtract is None else source.subtract
+                for dev, nbytes in (v for k, v in source.keys.items() if k not in subtract):
+                    new[dev] = new.get(dev, 0) + nbytes
+                grew = any(new.get(d, 0) > old.get(d, 0) for d in new)
+                tracked.grew_in_row = tracked.grew_in_row + 1 if grew else 0
+                tracked.last_bytes = new
+                shown = source.where
+            for dev in set(old) | set(new):
+                if new.get(dev, 0) != old.get(dev, 0):
+                    changes.append((shown, dev, new.get(dev, 0) - old.get(dev, 0)))
+        return changes
+
+    def _leaks(self, named: Keys) -> list[str]:
+        warnings = []
+        for tracked in self._tracked.values():
+            source = tracked.source
+            if source.kind not in {"autograd graph", "hook"}:
+                continue
+            if tracked.grew_in_row < 2 or tracked.warned:
+                continue
+            tracked.warned = True
+            for dev, nbytes in sorted(tracked.last_bytes.items()):
+                what = (
+                    f"{source.count} autograd graph{'s' if source.count != 1 else ''}"
+                    if source.kind == "autograd graph"
+                    else f"{source.count} tensors"
+                )
+                holder = source.where.partition(":")[0].replace(" (autograd graph)", "")
+                warnings.append(
+                    f"{holder} keeps {what} alive, {format_bytes(nbytes)} on {dev}, "
+                    f"more after every run: {source.fix}"
+                )
+        return warnings
+
+    # -- reading ---------------------------------------------------------------------------
+    def to_frame(self):
+        import pandas as pd
+
+        columns = ["cell", "device", "bytes", "delta", "peak", "grew"]
+        rows = [{c: row.to_dict()[c] for c in columns} for row in self.rows]
+        frame = pd.DataFrame(rows, columns=columns)
+        frame["peak"] = pd.array(frame["peak"].tolist(), dtype="Int64")
+        return frame
+
+    def text(self, last: int | None = None) -> str:
+        rows = self.rows[-last:] if last else self.rows
+        if not rows:
+            return "No cells recorded yet (the timeline starts when torch is imported)."
+        header = ("cell", "device", "held", "change", "peak", "grew / shrank")
+        table = [header] + [
+            (
+                str(r.cell),
+                r.device,
+                format_bytes(r.bytes),
+                _signed(r.delta),
+                format_bytes(r.peak) if r.peak is not None else "",
+                r.grew + (f"  ({r.note})" if r.note else ""),
+            )
+            for r in rows
+        ]
+        widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+        return "\n".join(
+            "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True))
+            + "  "
+            + row[-1]
+            for row in table
+        ).rstrip()
+
+    def to_json(self, last: int = 200) -> list[dict[str, Any]]:
+        return [row.to_dict() for row in self.rows[-last:]]
+
+
+def cuda_figures() -> dict[str, tuple[int | None, int | None, int | None]]:
+    """{"cuda:N": (allocated, reserved, peak allocated)} -- only when CUDA is *already*
+    initialised (reading them otherwise would initialise it)."""
+    torch = sys.modules.get("torch")
+    figures: dict[str, tuple[int | None, int | None, int | None]] = {}
+    try:
+        if torch is None or not torch.cuda.is_initialized():
+            return figures
+        for index in range(torch.cuda.device_count()):
+            figures[f"cuda:{index}"] = (
+                int(torch.cuda.memory_allocated(index)),
+                int(torch.cuda.memory_reserved(index)),
+                int(torch.cuda.max_memory_allocated(index)),
+            )
+    except Exception:
+        return figures
+    return figures
+
+
+def reset_cuda_peaks() -> bool:
+    """Reset the process-wide CUDA peak counters (``torch.cuda.reset_peak_memory_stats``) of
+    every device, when CUDA is already initialised; never initialises it."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None or not torch.cuda.is_initialized():
+            return False
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.reset_peak_memory_stats(index)
+        return True
+    except Exception:
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# Out of memory, explained
+
+_SIZE = r"([\d.]+)\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)"
+_UNIT = {
+    "bytes": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+    "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40,
+}  # fmt: skip
+_CPU_OOM = re.compile(
+    r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (\d+) bytes"
+)
+_ACCEL_OOM = re.compile(
+    r"(CUDA|XPU|MLU|HIP) out of memory\. Tried to allocate "
+    + _SIZE
+    + r"\.? ?\(?(?:GPU|Device|MLU) (\d+)"
+)
+_OLD_CUDA = re.compile(
+    r"Tried to allocate "
+    + _SIZE
+    + r" \(GPU (\d+); "
+    + _SIZE
+    + r" total capacity; "
+    + _SIZE
+    + r" already allocated; "
+    + _SIZE
+    + r" free; "
+    + _SIZE
+    + r" reserved in total"
+)
+_TOTAL = re.compile(r"total capac(?:i)?ty of " + _SIZE + r" of which " + _SIZE + r" is free")
+_PROCESS = re.compile(r"this process has " + _SIZE + r" memory in use")
+_OTHERS = re.compile(r"Process (\d+) has " + _SIZE + r" memory in use")
+_ALLOCATED = re.compile(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch")
+_UNALLOCATED = re.compile(r"and " + _SIZE + r" is reserved by PyTorch but unallocated")
+_PRIVATE = re.compile(r"with " + _SIZE + r" allocated in private pools")
+_ALLOWED = re.compile(_SIZE + r" allowed;")
+_MPS = re.compile(
+    r"MPS backend out of memory \(MPS allocated: "
+    + _SIZE
+    + r", other allocations: "
+    + _SIZE
+    + r", max allowed: "
+    + _SIZE
+    + r"\)\. Tried to allocate "
+    + _SIZE
+)
+_HUGE = re.compile(r"Tried to allocate more than 1EB memory")
+_CUDA_ERROR = re.compile(r"CUDA error: out of memory")
+
+
+def _size(number: str, unit: str) -> int:
+    return int(round(float(number) * _UNIT[unit]))
+
+
+@dataclass
+class OOMFacts:
+    """What an out-of-memory message says (sizes in bytes; None where it says nothing)."""
+
+    device: str
+    request: int | None
+    total: int | None = None
+    free: int | None = None
+    process: int | None = None
+    allocated: int | None = None
+    reserved_unallocated: int | None = None
+    other_processes: int | None = None
+    private_pools: int | None = None
+    allowed: int | None = None
+
+    @property
+    def non_pytorch(self) -> int | None:
+        """Memory this process uses outside PyTorch's allocator (CUDA context, libraries)."""
+        if self.process is None or self.allocated is None or self.reserved_unallocated is None:
+            return None
+        return max(0, self.process - self.allocated - self.reserved_unallocated)
+
+
+def parse_oom(message: str) -> OOMFacts | None:
+    """Parse torch's out-of-memory texts: the CPU allocator's, and the CUDA caching allocator's
+    of torch 2.1-2.14 (and the older ``(GPU 0; ... total capacity; ...)`` form), XPU, MPS."""
+    match = _CPU_OOM.search(message)
+    if match:
+        return OOMFacts("cpu", int(match.group(1)))
+    match = _OLD_CUDA.search(message)
+    if match:
+        g = match.groups()
+        facts = OOMFacts(f"cuda:{g[2]}", _size(g[0], g[1]), total=_size(g[3], g[4]))
+        facts.allocated = _size(g[5], g[6])
+        facts.free = _size(g[7], g[8])
+        facts.reserved_unallocated = max(0, _size(g[9], g[10]) - facts.allocated)
+        return facts
+    match = _ACCEL_OOM.search(message)
+    if match:
+        backend, number, unit, index = match.groups()
+        kind = {"CUDA": "cuda", "HIP": "cuda", "XPU": "xpu", "MLU": "mlu"}[backend]
+        facts = OOMFacts(f"{kind}:{index}", _size(number, unit))
+        if m := _TOTAL.search(message):
+            facts.total, facts.free = _size(*m.groups()[:2]), _size(*m.groups()[2:])
+        if m := _PROCESS.search(message):
+            facts.process = _size(*m.groups())
+        others = [_size(n, u) for _, n, u in _OTHERS.findall(message)]
+        facts.other_processes = sum(others) if others else None
+        if m := _ALLOCATED.search(message):
+            facts.allocated = _size(*m.groups())
+        if m := _UNALLOCATED.search(message):
+            facts.reserved_unallocated = _size(*m.groups())
+        if m := _PRIVATE.search(message):
+            facts.private_pools = _size(*m.groups())
+        if m := _ALLOWED.search(message):
+            facts.allowed = _size(*m.groups())
+        return facts
+    match = _MPS.search(message)
+    if match:
+        g = match.groups()
+        facts = OOMFacts("mps", _size(g[6], g[7]), allocated=_size(g[0], g[1]))
+        facts.allowed = _size(g[4], g[5])
+        return facts
+    if _HUGE.search(message):
+        return OOMFacts("cuda", None)
+    if _CUDA_ERROR.search(message):
+        return OOMFacts("cuda", None)
+    return None
+
+
+@dataclass
+class OOMExplanation:
+    """The automatic explanation of an out-of-memory error. Frees nothing by itself."""
+
+    facts: OOMFacts
+    biggest: list[tuple[str, int]]  # (name, bytes on that device)
+    holders: list[Holder]
+    steps: list[str]
+    machine_memory: int | None = None
+    live: dict[str, int] = field(default_factory=dict)  # allocator figures read just now
+
+    def lines(self) -> list[str]:
+        facts = self.facts
+        request = format_bytes(facts.request) if facts.request is not None else "an unknown size"
+        lines = [f"Out of memory on {facts.device}: the request was {request}."]
+        if facts.total is not None:
+            free = f", {format_bytes(facts.free)} free" if facts.free is not None else ""
+            lines.append(f"  {facts.device} has {format_bytes(facts.total)} in all{free}.")
+        if self.machine_memory and facts.device == "cpu":
+            lines.append(f"  This machine has {format_bytes(self.machine_memory)} of memory.")
+        if facts.allocated is not None:
+            lines.append(f"  Allocated by PyTorch: {format_bytes(facts.allocated)}.")
+        if facts.reserved_unallocated is not None:
+            lines.append(
+                "  Reserved by PyTorch but unallocated (cached blocks): "
+                f"{format_bytes(facts.reserved_unallocated)}."
+            )
+        if facts.non_pytorch is not None:
+            lines.append(
+                "  This process outside PyTorch's allocator (CUDA context, libraries): "
+                f"{format_bytes(facts.non_pytorch)}."
+            )
+        if facts.other_processes:
+            lines.append(f"  Other processes on it: {format_bytes(facts.other_processes)}.")
+        for label, value in self.live.items():
+            lines.append(f"  Now {label}: {format_bytes(value)}.")
+        if self.biggest:
+            lines.append(f"Biggest named objects on {facts.device}:")
+            lines.extend(f"  {name}: {format_bytes(size)}" for name, size in self.biggest)
+        if self.holders:
+            lines.append(f"Held outside named variables on {facts.device}:")
+            lines.extend(
+                f"  [{i}] {h.where}: {format_bytes(h.bytes)} -> %devices --release {i}"
+                for i, h in enumerate(self.holders)
+            )
+        if self.steps:
+            lines.append("Next steps (nothing was freed for you):")
+            lines.extend(f"  - {step}" for step in self.steps)
+        return lines
+
+    def text(self) -> str:
+        return "\n".join(self.lines())
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        body = html.escape(self.text())
+        return (
+            '<pre class="torchdevice-magic-oom" style="border-left:3px solid #c60;'
+            f'padding-left:8px">{body}</pre>'
+        )
+
+
+def _machine_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def explain_oom(
+    exc: BaseException,
+    namespace: Mapping[str, Any],
+    *,
+    inventory: Inventory | None = None,
+    forgotten: Mapping[str, Keys] | None = None,
+    limit: int = 5,
+) -> OOMExplanation | None:
+    """Explain an out-of-memory error in the user's names, or None for any other error.
+
+    Shows the request and device (from the message), the biggest named objects on that
+    device, what holds memory there outside named variables (with the release call), on CUDA
+    the reserved-but-unallocated and non-PyTorch memory, and safe next steps. Frees nothing.
+    """
+    message = str(exc) if isinstance(exc, BaseException) else ""
+    facts = parse_oom(message)
+    if facts is None:
+        return None
+    if "torch" not in sys.modules:
+        return OOMExplanation(facts, [], [], [])
+    if inventory is None:
+        inventory = scan(namespace)
+    device = facts.device
+    sizes: dict[str, int] = {}
+    for record in inventory.records:
+        if record.hidden:
+            continue
+        for dev, nbytes in record.bytes_by_device.items():
+            if _device_matches(dev, device) and nbytes:
+                root = record.root or record.name
+                sizes[root] = sizes.get(root, 0) + nbytes
+    biggest = sorted(sizes.items(), key=lambda item: -item[1])[:limit]
+    found = holders(namespace, device, inventory=inventory, forgotten=forgotten)[:limit]
+    live: dict[str, int] = {}
+    if device.startswith("cuda"):
+        figures = cuda_figures()
+        index = device.partition(":")[2] or "0"
+        allocated, reserved, _ = figures.get(f"cuda:{index}", (None, None, None))
+        if allocated is not None and reserved is not None:
+            live = {"allocated": allocated, "reserved but unallocated": reserved - allocated}
+    machine = _machine_memory() if device == "cpu" else None
+    steps = _next_steps(facts, biggest, found, machine)
+    return OOMExplanation(facts, biggest, found, steps, machine, live)
+
+
+def _next_steps(
+    facts: OOMFacts,
+    biggest: list[tuple[str, int]],
+    found: list[Holder],
+    machine: int | None,
+) -> list[str]:
+    steps = []
+    capacity = facts.total or (machine if facts.device == "cpu" else None)
+    if facts.request is not None and capacity is not None and facts.request > capacity:
+        steps.append(
+            f"the request alone ({format_bytes(facts.request)}) is more than "
+            f"{facts.device} has ({format_bytes(capacity)}): freeing memory cannot help; "
+            "make it smaller (a smaller batch or size, a smaller dtype, or chunks)"
+        )
+    if found:
+        calls = ", ".join(f"%devices --release {i}" for i in range(len(found)))
+        held = format_bytes(sum(h.bytes for h in found))
+        steps.append(f"release what is held outside your variables ({held}): {calls}")
+    if biggest:
+        names = ", ".join(name for name, _ in biggest[:3])
+        steps.append(f"del the names you no longer need (biggest: {names})")
+    if facts.reserved_unallocated and facts.request and facts.reserved_unallocated >= facts.request:
+        steps.append(
+            "much memory is reserved but unallocated (fragmentation): torch.cuda.empty_cache(), "
+            "or restart with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+        )
+    if not steps or not any("smaller" in s for s in steps):
+        steps.append("then retry with a smaller batch")
+    return steps
+
+
+__all__ = [
+    "Holder",
+    "HolderList",
+    "holders",
+    "held_outside",
+    "holders_text",
+    "graph_tensors",
+    "CellMemory",
+    "Timeline",
+    "cuda_figures",
+    "reset_cuda_peaks",
+    "OOMFacts",
+    "OOMExplanation",
+    "parse_oom",
+    "explain_oom",
+]
