@@ -396,13 +396,17 @@ def _out_aliases(namespace: Any, key: Any, value: Any) -> list[str]:
     return [a for a in aliases if a in namespace]
 
 
-def _drop_output(namespace: Any, key: Any, expected_id: int) -> str:
+def _drop_output(
+    namespace: Any, key: Any, expected_id: int, output_refs: Callable[[Any], None] | None
+) -> str:
     out = namespace.get("Out")
     value = out.get(key) if isinstance(out, dict) else None
     if value is None or id(value) != expected_id:
         return f"Out[{key!r}] changed since: nothing released"
     aliases = _out_aliases(namespace, key, value)
     del out[key]
+    if output_refs is not None:  # what the front end keeps besides (IPython's displayhook)
+        output_refs(value)
     for alias in aliases:
         if alias.strip("_"):
             namespace.pop(alias, None)  # _12
@@ -411,7 +415,11 @@ def _drop_output(namespace: Any, key: Any, expected_id: int) -> str:
     return f"deleted Out[{key!r}]" + (f" and {', '.join(aliases)}" if aliases else "")
 
 
-def _out_sources(namespace: Any, only: Iterable[Any] | None = None) -> list[_Source]:
+def _out_sources(
+    namespace: Any,
+    only: Iterable[Any] | None = None,
+    output_refs: Callable[[Any], None] | None = None,
+) -> list[_Source]:
     out = namespace.get("Out") if hasattr(namespace, "get") else None
     if not isinstance(out, dict) or not out:
         return []
@@ -439,7 +447,7 @@ def _out_sources(namespace: Any, only: Iterable[Any] | None = None) -> list[_Sou
                 where,
                 "output history",
                 keys,
-                functools.partial(_drop_output, namespace, key, id(value)),
+                functools.partial(_drop_output, namespace, key, id(value), output_refs),
                 "end the cell with ; (or assign the result) so it is not kept",
                 1,
                 token=(key, id(value)),
@@ -664,7 +672,10 @@ def _clear_attributes(namespace: Any, name: str, expected_id: int, attributes: t
     obj = namespace.get(name)
     if obj is None or id(obj) != expected_id:
         return f"{name} was rebound since: nothing released"
-    state = _attributes(obj)
+    try:
+        state = object.__getattribute__(obj, "__dict__")
+    except Exception:
+        return f"{name} has no attributes to release"
     for attribute in attributes:
         if attribute in state:
             state[attribute] = None
@@ -775,12 +786,13 @@ def _sources(
     namespace: Any,
     inventory: Inventory,
     forgotten: Mapping[str, Keys] | None = None,
+    output_refs: Callable[[Any], None] | None = None,
 ) -> list[_Source]:
     sources: list[_Source] = []
     traceback = _traceback_source(_last_exception())
     if traceback is not None:
         sources.append(traceback)
-    sources.extend(_out_sources(namespace))
+    sources.extend(_out_sources(namespace, output_refs=output_refs))
     without_optimizers = _named_keys_without_optimizers(namespace, inventory)
     for name in list(namespace):
         if is_ipython_bookkeeping(name):
@@ -810,13 +822,16 @@ def holders(
     *,
     inventory: Inventory | None = None,
     forgotten: Mapping[str, Keys] | None = None,
+    output_refs: Callable[[Any], None] | None = None,
 ) -> list[Holder]:
     """Who keeps tensor memory alive outside the named variables of ``namespace``, biggest
     first; ``device`` (``"cuda:0"``, or a type like ``"cuda"``) keeps only that device's.
 
     ``inventory``: a scan of ``namespace`` made just now (saves one); ``forgotten``: storage
     keys of names deleted or rebound recently (the session's timeline keeps them) -- a named
-    variable still holding one is listed as a ``second name``.
+    variable still holding one is listed as a ``second name``; ``output_refs(obj)``: called
+    when an ``Out`` entry is released, to drop the references a front end keeps besides the
+    namespace (the session passes one for IPython's displayhook).
     """
     if "torch" not in sys.modules:
         return []
@@ -824,7 +839,7 @@ def holders(
         inventory = scan(namespace)
     named = inventory.storages()
     found: list[Holder] = []
-    for source in _sources(namespace, inventory, forgotten):
+    for source in _sources(namespace, inventory, forgotten, output_refs):
         subtract = named if source.subtract is None else source.subtract
         outside = {k: v for k, v in source.keys.items() if k not in subtract}
         by_device: dict[str, int] = {}

@@ -301,9 +301,29 @@ class DeviceSession:
 
         inventory = self.full_scan()
         found = holders(
-            self.namespace, device, inventory=inventory, forgotten=self.timeline.forgotten
+            self.namespace,
+            device,
+            inventory=inventory,
+            forgotten=self.timeline.forgotten,
+            output_refs=self._drop_output_refs,
         )
         return HolderList(found)
+
+    def _drop_output_refs(self, value: Any) -> None:
+        """A released ``Out`` entry is also kept by IPython's displayhook (its ``_``/``__``/
+        ``___``), by ``user_ns_hidden`` and by the last execution result: drop those too."""
+        shell = self.shell
+        hook = getattr(shell, "displayhook", None)
+        for attribute in ("_", "__", "___"):
+            if getattr(hook, attribute, None) is value:
+                setattr(hook, attribute, "")
+        hidden = getattr(shell, "user_ns_hidden", None)
+        if isinstance(hidden, dict):
+            for name in [n for n, v in hidden.items() if v is value]:
+                del hidden[name]
+        last = getattr(shell, "last_execution_result", None)
+        if last is not None and getattr(last, "result", None) is value:
+            last.result = None
 
     def show_oom(self, error: BaseException) -> Any:
         from .memory import explain_oom
