@@ -184,6 +184,7 @@ class DeviceMagics(Magics):
         action="store_true",
         help="Memory per cell and device: held bytes, change, CUDA peak, what grew.",
     )
+    @argument("--last", metavar="N", type=int, help="With --timeline: only the last N rows.")
     @line_magic
     def devices(self, line: str = "") -> Any:
         """Show every tensor, module and optimizer in the namespace with its device and memory.
@@ -217,7 +218,7 @@ class DeviceMagics(Magics):
         if args.timeline:
             if args.output:
                 return timeline.to_frame()
-            print(timeline.text())
+            print(timeline.text(last=args.last))
             return None
         found = self.session.holders()
         if args.holders:

@@ -718,6 +718,20 @@ def _drop_name(namespace: Any, root: str, expected_id: int) -> str:
     return f"deleted {root}"
 
 
+def _drop_element(namespace: Any, root: str, container_id: int, key: Any, element_id: int) -> str:
+    container = namespace.get(root)
+    if id(container) != container_id:
+        return f"{root} was rebound since: nothing released"
+    items = dict(_shallow_items(container))
+    if key not in items or id(items[key]) != element_id:
+        return f"{root}[{key!r}] changed since: nothing released"
+    if isinstance(container, dict):
+        del container[key]
+        return f"deleted {root}[{key!r}]"
+    container[key] = None  # a list: keep the other indices where they are
+    return f"set {root}[{key!r}] = None"
+
+
 def _second_name_sources(
     namespace: Any, inventory: Inventory, forgotten: Mapping[str, Keys]
 ) -> list[_Source]:
@@ -728,24 +742,42 @@ def _second_name_sources(
         return []
     sources = []
     for root in inventory.names():
-        keys = _root_keys(inventory, root)
-        shared = {k: v for k, v in keys.items() if k in wanted}
-        if not shared:
+        if _root_keys(inventory, root).keys().isdisjoint(wanted):
             continue
-        gone = [n for n, k in forgotten.items() if not shared.keys().isdisjoint(k)]
-        sources.append(
-            _Source(
-                f"{root} (second name: still holds deleted {', '.join(gone)})",
-                "second name",
-                shared,
-                functools.partial(_drop_name, namespace, root, id(namespace.get(root))),
-                f"del {root} too (or rebind it)",
-                1,
-                token=id(namespace.get(root)),
-                key=f"second {root}",
-                subtract={},
+        value = namespace.get(root)
+        candidates: list[tuple[str, Keys, Callable[[], str], int]] = []
+        if isinstance(value, (dict, list)):
+            items = {f"{root}[{k!r}]": (k, v) for k, v in _shallow_items(value)}
+            elements = scan({label: v for label, (_, v) in items.items()})
+            for label in elements.names():
+                key, element = items[label]
+                keys = _root_keys(elements, label)
+                release = functools.partial(
+                    _drop_element, namespace, root, id(value), key, id(element)
+                )
+                candidates.append((label, keys, release, id(element)))
+        if not candidates:  # a tensor, a module, a tuple: the name itself
+            keys = _root_keys(inventory, root)
+            release = functools.partial(_drop_name, namespace, root, id(value))
+            candidates.append((root, keys, release, id(value)))
+        for label, keys, release, token in candidates:
+            shared = {k: v for k, v in keys.items() if k in wanted}
+            if not shared:
+                continue
+            gone = [n for n, k in forgotten.items() if not shared.keys().isdisjoint(k)]
+            sources.append(
+                _Source(
+                    f"{label} (second name: still holds deleted {', '.join(gone)})",
+                    "second name",
+                    shared,
+                    release,
+                    f"del {label} too (or rebind it)",
+                    1,
+                    token=token,
+                    key=f"second {label}",
+                    subtract={},
+                )
             )
-        )
     return sources
 
 
@@ -961,6 +993,30 @@ class _Tracked:
         self.warned = False
 
 
+def _removed_a_module(
+    previous: Inventory, inventory: Inventory, namespace: Any, names: list[str]
+) -> bool:
+    """Whether the cell may have deleted or rebound a name that held a module (the rescan
+    says whether any module or optimizer changed at all)."""
+    if not inventory.objects_changed:
+        return False
+    known = set(previous.names())
+    for name in names:
+        if name in known:
+            records = previous.subset([name]).records
+            if records and records[0].kind == "module":
+                return True
+    return False
+
+
+def _optimizer_names(namespace: Any) -> list[str]:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return []
+    optimizer = torch.optim.Optimizer
+    return [n for n, v in list(namespace.items()) if isinstance(v, optimizer)]
+
+
 class Timeline:
     """Per-cell memory of one session. :meth:`record` takes the inventory the post-execute
     hook already made (no second walk); holders are re-measured only for what the cell
@@ -994,6 +1050,9 @@ class Timeline:
         names = [n for n in dict.fromkeys(names) if not is_ipython_bookkeeping(n)]
         previous = self._previous
         named = inventory.storages()
+        if previous is not None and _removed_a_module(previous, inventory, namespace, names):
+            # its parameters may now be held only by an optimizer: measure those again
+            names += [n for n in _optimizer_names(namespace) if n not in names]
         changed_holders = self._update_holders(namespace, inventory, names, named)
         held = dict(named)
         for tracked in self._tracked.values():
