@@ -352,7 +352,9 @@ def _clear_frames(exc_id: int) -> str:
     return f"cleared the locals of {cleared} frames of the last error (%debug can't show them now)"
 
 
-def _traceback_source(exc: BaseException | None) -> _Source | None:
+def _traceback_source(exc: BaseException | None, named: Keys | None = None) -> _Source | None:
+    """The last error's frames; ``where`` names the locals that hold the most memory no
+    variable holds (the batch, the activations)."""
     if exc is None:
         return None
     frames = _traceback_frames(exc)
@@ -369,15 +371,15 @@ def _traceback_source(exc: BaseException | None) -> _Source | None:
     inventory, keys = _keys_of(parts)
     if not keys:
         return None
-    # name the frames' biggest locals (the batch, the activations)
-    ranked = sorted(
-        (r for r in inventory.records if r.bytes), key=lambda r: (-r.bytes, r.root or r.name)
-    )
-    names = list(dict.fromkeys((r.root or r.name) for r in ranked))[:3]
-    where = f"last error ({type(exc).__name__}): " + ", ".join(names)
-    holding = {id(f) for f in frames}
+    named = named or {}
+    sizes = {}
+    for root in inventory.names():
+        own = _root_keys(inventory, root)
+        sizes[root] = sum(n for k, (_, n) in own.items() if k not in named)
+    ranked = sorted((r for r in sizes if sizes[r]), key=lambda r: (-sizes[r], r))
+    shown = ", ".join(ranked[:3]) + (f" and {len(ranked) - 3} more" if len(ranked) > 3 else "")
     return _Source(
-        where + (f" ({len(holding)} frames)" if len(holding) > 1 else ""),
+        f"last error ({type(exc).__name__}): {shown or 'its frames'}",
         "traceback",
         keys,
         functools.partial(_clear_frames, id(exc)),
@@ -821,7 +823,7 @@ def _sources(
     output_refs: Callable[[Any], None] | None = None,
 ) -> list[_Source]:
     sources: list[_Source] = []
-    traceback = _traceback_source(_last_exception())
+    traceback = _traceback_source(_last_exception(), inventory.storages())
     if traceback is not None:
         sources.append(traceback)
     sources.extend(_out_sources(namespace, output_refs=output_refs))
@@ -919,10 +921,12 @@ def held_outside(found: Iterable[Holder]) -> dict[str, int]:
 def holders_text(found: list[Holder]) -> str:
     if not found:
         return "Nothing holds tensor memory outside your named variables."
-    lines = ["Held outside named variables:"]
-    for device, nbytes in held_outside(found).items():
-        lines.append(f"  {device}: {format_bytes(nbytes)}")
-    lines.append("")
+    totals = held_outside(found)
+    lines = []
+    if totals:
+        lines.append("Held outside named variables:")
+        lines.extend(f"  {device}: {format_bytes(n)}" for device, n in totals.items())
+        lines.append("")
     lines.extend(holder.line(index) for index, holder in enumerate(found))
     lines.append("")
     lines.append("Release one: %devices --release N   (or holders = %devices --holders -o; ")
@@ -1143,7 +1147,7 @@ class Timeline:
         exc = _last_exception()
         if full or (id(exc) if exc is not None else None) != self._error_id:
             self._error_id = id(exc) if exc is not None else None
-            fresh["error"] = _traceback_source(exc)
+            fresh["error"] = _traceback_source(exc, named)
         out = namespace.get("Out") if hasattr(namespace, "get") else None
         current = set(out) if isinstance(out, dict) else set()
         added = current if full else current - self._out_keys
