@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,3 +34,104 @@ def lazy_backend() -> str:
     if _LAZY_STATE[0]:
         pytest.skip(_LAZY_STATE[0])
     return "lazy"
+
+
+# --------------------------------------------------------------------------------------------
+# The simulated accelerator (torchdevice_magic.testing) is registered process-wide and for good,
+# and makes torch.accelerator report it. Tests marked ``simulated`` therefore run together in ONE
+# child pytest process that registers it; the main run reports each one's outcome from there.
+_CHILD_ENV = "TORCHDEVICE_MAGIC_SIMULATED_RESULTS"
+_simulated_outcomes: dict[str, dict[str, str]] = {}
+
+
+def _in_simulated_child() -> bool:
+    return _CHILD_ENV in os.environ
+
+
+@pytest.fixture
+def simulated_device() -> str:
+    """The simulated accelerator's device string ("simdev:0"); tests using it are marked
+    ``@pytest.mark.simulated`` and run in the child process, where it is registered."""
+    if not _in_simulated_child():
+        pytest.fail("a test using simulated_device must be marked @pytest.mark.simulated")
+    from torchdevice_magic.testing import simulated_accelerator
+
+    return f"{simulated_accelerator()}:0"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "simulated: runs in one child process with the simulated accelerator registered"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _in_simulated_child():
+        return
+    for item in items:
+        if item.get_closest_marker("simulated") is not None:
+            # the parent only reports the child's outcome: no fixtures, no timeout of its own
+            item.fixturenames[:] = [n for n in item.fixturenames if n == "request"]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session: pytest.Session):
+    if not _in_simulated_child() and not session.config.option.collectonly:
+        simulated = [i for i in session.items if i.get_closest_marker("simulated") is not None]
+        if simulated:
+            _run_simulated_child(session.config, simulated)
+    return (yield)
+
+
+def _run_simulated_child(config: pytest.Config, items: list[pytest.Item]) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        results = Path(folder) / "results.jsonl"
+        env = {**os.environ, _CHILD_ENV: str(results)}
+        command = [
+            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+            f"--rootdir={config.rootpath}", *[item.nodeid for item in items],
+        ]  # fmt: skip
+        child = subprocess.run(
+            command, cwd=config.rootpath, env=env, capture_output=True, text=True, check=False
+        )
+        if results.exists():
+            for line in results.read_text().splitlines():
+                report = json.loads(line)
+                outcome = _simulated_outcomes.setdefault(report["nodeid"], report)
+                if report["outcome"] != "passed" and outcome["outcome"] == "passed":
+                    _simulated_outcomes[report["nodeid"]] = report
+        tail = (child.stdout + child.stderr)[-4000:]
+        for item in items:
+            _simulated_outcomes.setdefault(
+                item.nodeid,
+                {
+                    "outcome": "failed",
+                    "text": f"the simulated child run did not report it:\n{tail}",
+                },
+            )
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = os.environ.get(_CHILD_ENV)
+    if path is None or (report.when != "call" and report.outcome == "passed"):
+        return
+    text = report.longreprtext
+    if report.skipped and isinstance(report.longrepr, tuple):
+        text = report.longrepr[2]
+    with open(path, "a") as out:
+        out.write(json.dumps({"nodeid": report.nodeid, "outcome": report.outcome, "text": text}))
+        out.write("\n")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    if _in_simulated_child() or pyfuncitem.get_closest_marker("simulated") is None:
+        return None
+    report = _simulated_outcomes.get(pyfuncitem.nodeid)
+    if report is None:
+        pytest.fail("the simulated child run did not run this test", pytrace=False)
+    if report["outcome"] == "skipped":
+        pytest.skip(report["text"])
+    if report["outcome"] == "failed":
+        pytest.fail(f"in the simulated-accelerator process:\n{report['text']}", pytrace=False)
+    return True

@@ -1,0 +1,290 @@
+"""The devices this kernel has, found through ``torch.accelerator`` -- never initialising one.
+
+One accelerator type per process is what PyTorch supports (cuda, or ROCm which calls itself cuda,
+mps, xpu, hpu, mtia, or an out-of-tree PrivateUse1 backend such as the simulated one in
+:mod:`torchdevice_magic.testing`); ``torch.accelerator.current_accelerator()`` names it from build
+information alone. So there are no hand-written cuda -> mps -> xpu branches here: every backend is
+asked the same questions the same way.
+
+Initialising a device costs memory (a CUDA context is hundreds of MiB) and breaks fork-based
+DataLoader workers, so inspection asks only what is safe:
+- ``current_accelerator()`` (build information) and ``device_count()`` (NVML on CUDA: no context);
+- memory figures only when the device module says it is already initialised.
+``is_available()``, ``current_device_index()`` and ``get_device_module()`` without an argument may
+initialise or poison fork and are not called while inspecting. A move *to* a device initialises it
+anyway; only then is ``get_memory_info`` asked (:func:`free_bytes`).
+
+Works without ``torch.accelerator`` (torch < 2.6) through a small fallback over torch.cuda/mps/xpu.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+META_REFUSED = "moving to meta is turned off: meta tensors keep no data"
+
+
+class DeviceError(ValueError):
+    """A device string that does not parse, or names a device this kernel does not have."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A device a move may go to, or a reason why it may not."""
+
+    device: str
+    enabled: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFigures:
+    """What the device's allocator says (None for what it cannot tell)."""
+
+    allocated: int | None = None
+    reserved: int | None = None
+    peak: int | None = None
+    capacity: int | None = None
+
+
+def _torch() -> Any:
+    return sys.modules.get("torch")
+
+
+def accelerator_type() -> str | None:
+    """The accelerator type this process has (``"cuda"``, ``"mps"``, ``"simdev"``...), or None.
+
+    From build information only; nothing is initialised."""
+    torch = _torch()
+    if torch is None:
+        return None
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "current_accelerator"):
+        try:
+            device = accelerator.current_accelerator()
+        except Exception:  # a broken out-of-tree backend is "no accelerator", not a crash
+            return None
+        return None if device is None else device.type
+    return _legacy_accelerator_type(torch)
+
+
+def _legacy_accelerator_type(torch: Any) -> str | None:  # torch < 2.6
+    if torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None:
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_built():
+        return "mps"
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and hasattr(xpu, "_is_compiled") and xpu._is_compiled():
+        return "xpu"
+    return None
+
+
+def _device_module(device_type: str) -> Any:
+    torch = _torch()
+    try:
+        return torch.get_device_module(device_type)  # with an argument: no initialisation
+    except (AttributeError, RuntimeError, ValueError):
+        return getattr(torch, device_type, None)
+
+
+def device_count(device_type: str | None = None) -> int:
+    """How many devices of the accelerator type there are (0 when there is none)."""
+    kind = device_type or accelerator_type()
+    if kind is None or kind != accelerator_type():
+        return 0
+    torch = _torch()
+    try:
+        accelerator = getattr(torch, "accelerator", None)
+        if accelerator is not None and hasattr(accelerator, "device_count"):
+            return int(accelerator.device_count())
+        module = _device_module(kind)
+        return int(module.device_count()) if module is not None else 0
+    except Exception:
+        return 0
+
+
+def is_initialized(device_type: str) -> bool:
+    """Whether this process already initialised ``device_type`` (cpu and meta always are)."""
+    if device_type in ("cpu", "meta"):
+        return True
+    if _torch() is None or device_type != accelerator_type():
+        return False
+    module = _device_module(device_type)
+    check = getattr(module, "is_initialized", None)
+    try:
+        return bool(check()) if check is not None else False
+    except Exception:
+        return False
+
+
+def _index(device: Any) -> int:
+    text = str(device)
+    return int(text.partition(":")[2] or 0)
+
+
+def memory_figures(device: str) -> MemoryFigures:
+    """The allocator's figures for ``device`` -- only when its type is already initialised
+    (reading them otherwise would initialise it). Empty figures where a backend has none."""
+    kind = device.partition(":")[0]
+    if kind in ("cpu", "meta") or not is_initialized(kind):
+        return MemoryFigures()
+    torch = _torch()
+    accelerator = getattr(torch, "accelerator", None)
+    module = (
+        accelerator
+        if accelerator is not None and hasattr(accelerator, "memory_allocated")
+        else _device_module(kind)
+    )
+    index = _index(device)
+
+    def ask(name: str) -> int | None:
+        function = getattr(module, name, None)
+        if function is None:
+            return None
+        try:
+            return int(function(index))
+        except Exception:  # backends without an allocator (the simulated one) have no figures
+            return None
+
+    capacity = None
+    with contextlib.suppress(Exception):  # not every backend has device properties
+        capacity = int(_device_module(kind).get_device_properties(index).total_memory)
+    return MemoryFigures(
+        ask("memory_allocated"), ask("memory_reserved"), ask("max_memory_allocated"), capacity
+    )
+
+
+def reset_peak(device: str) -> bool:
+    """Reset the process-wide peak counter of ``device`` if it is initialised; True if it was."""
+    kind = device.partition(":")[0]
+    if kind in ("cpu", "meta") or not is_initialized(kind):
+        return False
+    torch = _torch()
+    accelerator = getattr(torch, "accelerator", None)
+    module = (
+        accelerator
+        if accelerator is not None and hasattr(accelerator, "reset_peak_memory_stats")
+        else _device_module(kind)
+    )
+    try:
+        module.reset_peak_memory_stats(_index(device))
+        return True
+    except Exception:
+        return False
+
+
+def available_targets(allow_meta: bool) -> list[Target]:
+    """cpu, each device of the accelerator, and meta -- each enabled or with its reason."""
+    targets = [Target("cpu", True)]
+    kind = accelerator_type()
+    count = device_count(kind) if kind is not None else 0
+    if kind is not None and count:
+        targets.extend(Target(f"{kind}:{i}", True) for i in range(count))
+    elif kind is not None:
+        targets.append(Target(kind, False, f"{kind.upper()} is built in but no device is visible"))
+    else:
+        targets.append(
+            Target("cuda", False, "this kernel has no accelerator (CPU-only torch build)")
+        )
+    targets.append(Target("meta", True) if allow_meta else Target("meta", False, META_REFUSED))
+    return targets
+
+
+def resolve_device(device: Any, allow_meta: bool) -> Any:
+    """The ``torch.device`` a user typed, validated: it parses and exists in this kernel.
+
+    Raises :class:`DeviceError` with one line otherwise. Never initialises a device."""
+    import torch
+
+    if isinstance(device, torch.device):
+        dev = device
+    elif isinstance(device, str):
+        try:
+            dev = torch.device(device.strip())
+        except (RuntimeError, ValueError, TypeError) as error:
+            raise DeviceError(f"{device!r} is not a device: {error}") from None
+    else:
+        raise DeviceError(f"{device!r} is not a device: expected a string such as 'cuda:0'")
+    kind, index = dev.type, dev.index
+    if kind == "cpu":
+        if index not in (None, 0):
+            raise DeviceError(f"{dev} does not exist; this kernel sees cpu")
+        return torch.device("cpu")
+    if kind == "meta":
+        if not allow_meta:
+            raise DeviceError(META_REFUSED)
+        return torch.device("meta")
+    accelerator = accelerator_type()
+    if kind != accelerator:
+        has = f"its accelerator is {accelerator}" if accelerator else "it has no accelerator"
+        raise DeviceError(f"{kind} is not available in this kernel ({has})")
+    count = device_count(kind)
+    if count == 0:
+        raise DeviceError(f"{kind} is built in but no device is visible")
+    if index is None:
+        index = _current_index(kind)
+    if index >= count:
+        seen = ", ".join(f"{kind}:{i}" for i in range(count))
+        raise DeviceError(f"{kind}:{index} does not exist; this kernel sees {seen}")
+    return torch.device(kind, index)
+
+
+def _current_index(kind: str) -> int:
+    """The current device index if the device is initialised (asking otherwise initialises)."""
+    if not is_initialized(kind):
+        return 0
+    module = _device_module(kind)
+    try:
+        return int(module.current_device())
+    except Exception:
+        return 0
+
+
+def best_device() -> str:
+    """The accelerator's current device if this kernel has one, else cpu."""
+    kind = accelerator_type()
+    if kind is not None and device_count(kind):
+        return f"{kind}:{_current_index(kind)}"
+    return "cpu"
+
+
+def free_bytes(device: Any) -> int | None:
+    """Free memory on ``device`` in bytes (what the caching allocator holds unused counts as
+    free), or None when it cannot be known. Asked only just before a move puts bytes there,
+    which initialises the device anyway."""
+    kind = str(device).partition(":")[0]
+    if kind == "cpu":
+        return _host_available()
+    if kind == "meta":
+        return None
+    torch = _torch()
+    index = _index(device)
+    accelerator = getattr(torch, "accelerator", None)
+    try:
+        if accelerator is not None and hasattr(accelerator, "get_memory_info"):
+            free, _total = accelerator.get_memory_info(index)
+        else:
+            free, _total = _device_module(kind).mem_get_info(index)
+    except Exception:  # the backend has no allocator figures (mps before 2.x, simulated)
+        return None
+    figures = memory_figures(f"{kind}:{index}")
+    cached = (figures.reserved or 0) - (figures.allocated or 0)
+    return int(free) + max(cached, 0)
+
+
+def _host_available() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
