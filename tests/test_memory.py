@@ -552,3 +552,24 @@ def test_real_kernel_cpu_oom_and_a_batch_held_by_a_failed_train():
     oom = outputs_text(nb.cells[6])
     assert "Out of memory on cpu: the request was 1.0 TiB." in oom
     assert "weights: 976.6 KiB" in oom
+
+
+# -- CUDA (skipped without a GPU; ./dev gpu-check runs these) ---------------------------------------
+
+
+@pytest.mark.cuda
+def test_real_cuda_oom_explained_with_allocator_figures_and_the_cell_peak(ip):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    run(ip, "import torch\nx = torch.ones(1024, 1024, device='cuda')")  # initialises CUDA
+    run(ip, "y = torch.ones(2048, 1024, device='cuda')\ndel y")  # 8 MiB peak, nothing kept
+    rows = [r for r in timeline_of(ip).rows if r.device == "cuda:0"]
+    assert rows[-1].delta == 0 and rows[-1].peak >= 4 * 2**20 + 8 * 2**20
+    assert rows[-1].allocated >= 4 * 2**20
+    total = torch.cuda.get_device_properties(0).total_memory
+    result, _, shown = run(ip, f"torch.empty({2 * total}, dtype=torch.uint8, device='cuda')")
+    assert isinstance(result.error_in_exec, torch.OutOfMemoryError)
+    facts = parse_oom(str(result.error_in_exec))
+    assert facts.device == "cuda:0" and abs(facts.request - 2 * total) <= 0.01 * total
+    assert "Out of memory on cuda:0" in shown and "x: 4.0 MiB" in shown
+    assert "Reserved by PyTorch but unallocated" in shown

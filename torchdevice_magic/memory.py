@@ -1260,37 +1260,32 @@ class Timeline:
         return [row.to_dict() for row in self.rows[-last:]]
 
 
-def cuda_figures() -> dict[str, tuple[int | None, int | None, int | None]]:
-    """{"cuda:N": (allocated, reserved, peak allocated)} -- only when CUDA is *already*
-    initialised (reading them otherwise would initialise it)."""
-    torch = sys.modules.get("torch")
-    figures: dict[str, tuple[int | None, int | None, int | None]] = {}
-    try:
-        if torch is None or not torch.cuda.is_initialized():
-            return figures
-        for index in range(torch.cuda.device_count()):
-            figures[f"cuda:{index}"] = (
-                int(torch.cuda.memory_allocated(index)),
-                int(torch.cuda.memory_reserved(index)),
-                int(torch.cuda.max_memory_allocated(index)),
-            )
-    except Exception:
-        return figures
+def device_figures() -> dict[str, tuple[int | None, int | None, int | None]]:
+    """{"cuda:N": (allocated, reserved, peak allocated)} for the accelerator's devices -- only
+    when it is *already* initialised (reading them otherwise would initialise it)."""
+    from .devices import accelerator_type, device_count, is_initialized, memory_figures
+
+    kind = accelerator_type()
+    if kind is None or not is_initialized(kind):
+        return {}
+    figures = {}
+    for index in range(device_count(kind)):
+        found = memory_figures(f"{kind}:{index}")
+        if found.allocated is not None or found.reserved is not None:
+            figures[f"{kind}:{index}"] = (found.allocated, found.reserved, found.peak)
     return figures
 
 
-def reset_cuda_peaks() -> bool:
-    """Reset the process-wide CUDA peak counters (``torch.cuda.reset_peak_memory_stats``) of
-    every device, when CUDA is already initialised; never initialises it."""
-    torch = sys.modules.get("torch")
-    try:
-        if torch is None or not torch.cuda.is_initialized():
-            return False
-        for index in range(torch.cuda.device_count()):
-            torch.cuda.reset_peak_memory_stats(index)
-        return True
-    except Exception:
-        return False
+def reset_peaks() -> bool | None:
+    """Reset the process-wide peak counters of the accelerator's devices
+    (``reset_peak_memory_stats``) when it is already initialised; never initialises it.
+    None: nothing initialised yet (a peak read later is the peak since then)."""
+    from .devices import accelerator_type, device_count, is_initialized, reset_peak
+
+    kind = accelerator_type()
+    if kind is None or not is_initialized(kind):
+        return None
+    return all([reset_peak(f"{kind}:{i}") for i in range(device_count(kind))])
 
 
 # --------------------------------------------------------------------------------------------
@@ -1522,12 +1517,15 @@ def explain_oom(
     biggest = sorted(sizes.items(), key=lambda item: -item[1])[:limit]
     found = holders(namespace, device, inventory=inventory, forgotten=forgotten)[:limit]
     live: dict[str, int] = {}
-    if device.startswith("cuda"):
-        figures = cuda_figures()
-        index = device.partition(":")[2] or "0"
-        allocated, reserved, _ = figures.get(f"cuda:{index}", (None, None, None))
-        if allocated is not None and reserved is not None:
-            live = {"allocated": allocated, "reserved but unallocated": reserved - allocated}
+    if device not in ("cpu", "meta"):
+        from .devices import memory_figures
+
+        figures = memory_figures(device if ":" in device else f"{device}:0")
+        if figures.allocated is not None and figures.reserved is not None:
+            live = {
+                "allocated": figures.allocated,
+                "reserved but unallocated": figures.reserved - figures.allocated,
+            }
     machine = _machine_memory() if device == "cpu" else None
     steps = _next_steps(facts, biggest, found, machine)
     return OOMExplanation(facts, biggest, found, steps, machine, live)
@@ -1573,8 +1571,8 @@ __all__ = [
     "graph_tensors",
     "CellMemory",
     "Timeline",
-    "cuda_figures",
-    "reset_cuda_peaks",
+    "device_figures",
+    "reset_peaks",
     "OOMFacts",
     "OOMExplanation",
     "parse_oom",

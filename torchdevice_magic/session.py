@@ -22,7 +22,7 @@ from traitlets.config import Configurable
 
 from . import protocol
 from .inventory import Inventory, orphan_warning, scan
-from .memory import Timeline, cuda_figures, reset_cuda_peaks
+from .memory import Timeline, device_figures, reset_peaks
 
 log = logging.getLogger("torchdevice_magic")
 
@@ -231,19 +231,18 @@ class DeviceSession:
 
     # -- the pre/post-execute hooks -------------------------------------------------------------
     def pre_run_cell(self, info: Any = None) -> None:
-        """Before every cell: reset CUDA's peak counters (config ``track_peak``) so the timeline
-        can show this cell's peak. Never initialises CUDA; never raises."""
+        """Before every cell: reset the accelerator's peak counters (config ``track_peak``) so
+        the timeline can show this cell's peak. Never initialises a device; never raises."""
         self._peak_from_cell_start = False
         if "torch" not in sys.modules:
             return
         try:
-            cuda = sys.modules["torch"].cuda
-            if not cuda.is_initialized():
-                self._peak_from_cell_start = True  # initialised during the cell, if at all
-            elif self.config.track_peak:
-                self._peak_from_cell_start = reset_cuda_peaks()
+            if self.config.track_peak:
+                reset = reset_peaks()
+                # None: not initialised yet, so a peak read after the cell is this cell's
+                self._peak_from_cell_start = reset is None or reset
         except Exception:
-            log.debug("torchdevice_magic: could not reset the CUDA peak", exc_info=True)
+            log.debug("torchdevice_magic: could not reset the peak counters", exc_info=True)
 
     def post_run_cell(self, result: Any) -> None:
         """After every (non-silent) cell. Never raises into the user's session."""
@@ -286,7 +285,7 @@ class DeviceSession:
         """Add this cell to the memory timeline (reusing the hook's scan); warn about leaks."""
         cell = getattr(result, "execution_count", None) or getattr(self.shell, "execution_count", 0)
         try:
-            figures = cuda_figures()
+            figures = device_figures()
             if not self._peak_from_cell_start:  # the peak is since some earlier cell: not shown
                 figures = {d: (a, r, None) for d, (a, r, _) in figures.items()}
             _, warnings = self.timeline.record(cell, inventory, self.namespace, names, cuda=figures)
