@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import chain, compress, repeat
-from operator import attrgetter, methodcaller, ne
+from operator import attrgetter, is_not, methodcaller, ne
 from types import MappingProxyType
 from typing import Any
 
@@ -1299,6 +1299,26 @@ class Inventory:
         Memory accounting outside the inventory (holders, per-cell timelines) uses these keys so
         that nothing is counted twice."""
         return dict(self._unique_storages())
+
+    def storages_of(self, name: str) -> dict[tuple, tuple[str, int]]:
+        """The storages one top-level name (or hidden ``Out[...]`` label) reaches, like
+        :meth:`storages` for that name alone; ``{}`` when it holds none. O(1) in the size of
+        the namespace (per-cell memory accounting asks this for the names a cell touched)."""
+        entry = self._entries.get(name)
+        if entry is None:
+            entry = self._hidden.get(name)
+        return dict(_entry_storages(entry)) if entry is not None else {}
+
+    def changed_since(self, previous: Inventory) -> list[str]:
+        """Top-level names whose entry is not the very one ``previous`` had (looked at again,
+        rebound, new), and names ``previous`` had that this one has not. Identity comparisons
+        in C: an incremental consumer (the per-cell memory timeline) then updates only these
+        instead of re-adding every storage."""
+        now, before = self._entries, previous._entries
+        names = list(now)
+        changed = list(compress(names, map(is_not, map(before.get, names), now.values())))
+        changed.extend(before.keys() - now.keys())
+        return changed
 
     def totals(self) -> dict[str, int]:
         """{device: bytes}, every storage counted once across the namespace (gradients and

@@ -41,6 +41,8 @@ import types
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import attrgetter, is_, itemgetter
 from typing import Any
 
 from .inventory import Inventory, is_ipython_bookkeeping, scan
@@ -48,6 +50,8 @@ from .units import device_sort_key, format_bytes
 
 Keys = dict[tuple, tuple[str, int]]
 
+#: Types that never hold a tensor: skipped without a look.
+_NOTHING_TO_HOLD = frozenset({int, float, complex, bool, str, bytes, type(None), range})
 #: Bumped by every release: the timeline re-measures what it tracks when it changed.
 _RELEASES = [0]
 
@@ -135,7 +139,29 @@ def _keys_of(parts: Mapping[str, Any]) -> tuple[Inventory, Keys]:
 
 
 def _root_keys(inventory: Inventory, root: str) -> Keys:
+    storages_of = getattr(inventory, "storages_of", None)  # O(1) where the scanner has it
+    if storages_of is not None:
+        return storages_of(root)
     return inventory.subset([root]).storages()
+
+
+def _by_device(keys: Mapping[tuple, tuple[str, int]]) -> dict[str, int]:
+    """{device: bytes}; meta storages occupy nothing (as in Inventory.totals). Column-wise
+    (C-level sums): the timeline adds up every named storage after each cell."""
+    if len(keys) < 16:  # small: a plain loop beats building columns
+        totals: dict[str, int] = {}
+        for device, nbytes in keys.values():
+            if device != "meta":
+                totals[device] = totals.get(device, 0) + nbytes
+        return totals
+    values = keys.values()
+    devices = list(map(itemgetter(0), values))
+    sizes = list(map(itemgetter(1), values))
+    kinds = set(devices)
+    if len(kinds) == 1:
+        (device,) = kinds
+        return {} if device == "meta" else {device: sum(sizes)}
+    return {d: sum(compress(sizes, map(d.__eq__, devices))) for d in kinds if d != "meta"}
 
 
 def _is_tensor(value: Any) -> bool:
@@ -393,9 +419,9 @@ def _traceback_source(exc: BaseException | None, named: Keys | None = None) -> _
 
 
 def _out_aliases(namespace: Any, key: Any, value: Any) -> list[str]:
-    aliases = [f"_{key}"] if isinstance(key, int) else []
-    aliases += [a for a in ("_", "__", "___") if namespace.get(a) is value]
-    return [a for a in aliases if a in namespace]
+    numbered = f"_{key}"
+    aliases = [numbered] if isinstance(key, int) and namespace.get(numbered) is value else []
+    return aliases + [a for a in ("_", "__", "___") if namespace.get(a) is value]
 
 
 def _drop_output(
@@ -429,12 +455,18 @@ def _out_sources(
         items = list(dict.items(out)) if only is None else [(k, out[k]) for k in only if k in out]
     except Exception:
         return []
-    labels = {f"Out[{key!r}]": (key, value) for key, value in items}
+    labels = {
+        f"Out[{key!r}]": (key, value)
+        for key, value in items
+        if type(value) not in _NOTHING_TO_HOLD  # most outputs are text and numbers
+    }
     inventory = scan({label: value for label, (_, value) in labels.items()})
-    roots = {r.root or r.name for r in inventory.records}
+    roots = set(inventory.names())
+    tensor_type = sys.modules["torch"].Tensor
+    unders = [(a, namespace.get(a)) for a in ("_", "__", "___")]
     sources = []
     for label, (key, value) in labels.items():
-        graph = _graph_roots(value)
+        graph = [] if type(value) is tensor_type and value.grad_fn is None else _graph_roots(value)
         if label not in roots and not graph:
             continue
         keys = _root_keys(inventory, label) if label in roots else {}
@@ -442,7 +474,8 @@ def _out_sources(
             keys.update(_keys_of({label: graph_tensors(graph)})[1])
         if not keys:
             continue
-        aliases = _out_aliases(namespace, key, value)
+        aliases = [f"_{key}"] if namespace.get(f"_{key}") is value else []
+        aliases += [a for a, v in unders if v is value]
         where = label + (f" (also {', '.join(aliases)})" if aliases else "")
         sources.append(
             _Source(
@@ -477,8 +510,8 @@ def _orphans(optimizer: Any, named_keys: Keys) -> list[Any]:
     orphans = []
     for label, param in labels.items():
         keys = _root_keys(inventory, label)
-        own = {k for k, (device, _) in keys.items() if device != "meta"} or set(keys)
-        if own and own.isdisjoint(named_keys):
+        own = [k for k, (device, _) in keys.items() if device != "meta"] or list(keys)
+        if own and not any(map(named_keys.__contains__, own)):
             orphans.append(param)
     return orphans
 
@@ -809,6 +842,18 @@ def _name_sources(namespace: Any, name: str, value: Any, named_keys: Keys) -> li
     return []
 
 
+def _maybe_orphaned(inventory: Inventory) -> set[str] | None:
+    """Optimizers the scan says update parameters no name reaches (by object identity; cheap),
+    or None where the inventory cannot tell: only those are measured storage by storage."""
+    check = getattr(inventory, "orphaned_optimizers", None)
+    if check is None:
+        return None
+    try:
+        return {found[0] for found in check()}
+    except Exception:
+        return None
+
+
 def _named_keys_without_optimizers(namespace: Any, inventory: Inventory) -> Keys:
     torch = sys.modules.get("torch")
     optimizer_type = torch.optim.Optimizer if torch is not None else ()
@@ -816,25 +861,54 @@ def _named_keys_without_optimizers(namespace: Any, inventory: Inventory) -> Keys
     return inventory.subset(names).storages()
 
 
+def _candidates(namespace: Any) -> list[tuple[str, Any]]:
+    """(name, value) of the names that may bring a holder: not plain values, not IPython's
+    bookkeeping, not plain tensors without a graph (most of a namespace; picked out
+    column-wise, in C)."""
+    tensor_type = sys.modules["torch"].Tensor
+    try:
+        names = list(namespace)
+        values = list(map(namespace.__getitem__, names))
+    except Exception:
+        return []
+    kinds = list(map(type, values))
+    plain = list(map(is_, kinds, repeat(tensor_type)))
+    graphs = iter(map(attrgetter("grad_fn"), compress(values, plain)))
+    found = []
+    for name, value, kind, is_plain in zip(names, values, kinds, plain, strict=True):
+        if is_plain:
+            if next(graphs) is None:
+                continue  # a plain tensor holds nothing beyond itself
+        elif kind in _NOTHING_TO_HOLD:
+            continue
+        if not is_ipython_bookkeeping(name):
+            found.append((name, value))
+    return found
+
+
 def _sources(
     namespace: Any,
     inventory: Inventory,
+    named: Keys,
     forgotten: Mapping[str, Keys] | None = None,
     output_refs: Callable[[Any], None] | None = None,
 ) -> list[_Source]:
     sources: list[_Source] = []
-    traceback = _traceback_source(_last_exception(), inventory.storages())
+    traceback = _traceback_source(_last_exception(), named)
     if traceback is not None:
         sources.append(traceback)
     sources.extend(_out_sources(namespace, output_refs=output_refs))
-    without_optimizers = _named_keys_without_optimizers(namespace, inventory)
-    for name in list(namespace):
-        if is_ipython_bookkeeping(name):
-            continue
-        try:
-            value = namespace[name]
-        except Exception:
-            continue
+    maybe_orphaned = _maybe_orphaned(inventory)
+    # the named storages less the optimizers' own: only needed to look for orphans
+    without_optimizers = (
+        _named_keys_without_optimizers(namespace, inventory)
+        if maybe_orphaned is None or maybe_orphaned
+        else {}
+    )
+    for name, value in _candidates(namespace):
+        reachable = maybe_orphaned is not None and name not in maybe_orphaned
+        if reachable and isinstance(value, sys.modules["torch"].optim.Optimizer):
+            continue  # the scan knows every parameter it updates is reachable
         sources.extend(_name_sources(namespace, name, value, without_optimizers))
     sources.extend(_global_hook_sources())
     if forgotten:
@@ -844,8 +918,9 @@ def _sources(
 
 def _all_held_keys(namespace: Any) -> set[tuple]:
     inventory = scan(namespace)
-    held = set(inventory.storages())
-    for source in _sources(namespace, inventory):
+    named = inventory.storages()
+    held = set(named)
+    for source in _sources(namespace, inventory, named):
         held.update(source.keys)
     return held
 
@@ -873,13 +948,10 @@ def holders(
         inventory = scan(namespace)
     named = inventory.storages()
     found: list[Holder] = []
-    for source in _sources(namespace, inventory, forgotten, output_refs):
+    for source in _sources(namespace, inventory, named, forgotten, output_refs):
         subtract = named if source.subtract is None else source.subtract
         outside = {k: v for k, v in source.keys.items() if k not in subtract}
-        by_device: dict[str, int] = {}
-        for dev, nbytes in outside.values():
-            by_device[dev] = by_device.get(dev, 0) + nbytes
-        for dev, nbytes in by_device.items():
+        for dev, nbytes in _by_device(outside).items():
             if nbytes <= 0 or not _device_matches(dev, device):
                 continue
             found.append(
@@ -895,7 +967,8 @@ def holders(
                     namespace,
                 )
             )
-    found.sort(key=lambda h: (-h.bytes, device_sort_key(h.device), h.where))
+    order = {d: device_sort_key(d) for d in {h.device for h in found}}
+    found.sort(key=lambda h: (-h.bytes, order[h.device], h.where))
     return found
 
 
@@ -997,22 +1070,6 @@ class _Tracked:
         self.warned = False
 
 
-def _removed_a_module(
-    previous: Inventory, inventory: Inventory, namespace: Any, names: list[str]
-) -> bool:
-    """Whether the cell may have deleted or rebound a name that held a module (the rescan
-    says whether any module or optimizer changed at all)."""
-    if not inventory.objects_changed:
-        return False
-    known = set(previous.names())
-    for name in names:
-        if name in known:
-            records = previous.subset([name]).records
-            if records and records[0].kind == "module":
-                return True
-    return False
-
-
 def _optimizer_names(namespace: Any) -> list[str]:
     torch = sys.modules.get("torch")
     if torch is None:
@@ -1034,8 +1091,14 @@ class Timeline:
         self._totals: dict[str, int] = {}
         self._tracked: dict[str, _Tracked] = {}  # label -> what it holds
         self._out_keys: set[Any] = set()
+        self._out_last: Any = None
         self._error_id: int | None = None
         self._releases = _RELEASES[0]
+        self._module_ids: dict[str, int] = {}
+        # the named variables' storages (each once), how many names reach each, per device
+        self._named: Keys = {}
+        self._counts: dict[tuple, int] | None = None
+        self._named_totals: dict[str, int] = {}
 
     # -- recording ------------------------------------------------------------------------
     def record(
@@ -1053,18 +1116,19 @@ class Timeline:
             return [], []
         names = [n for n in dict.fromkeys(names) if not is_ipython_bookkeeping(n)]
         previous = self._previous
-        named = inventory.storages()
-        if previous is not None and _removed_a_module(previous, inventory, namespace, names):
-            # its parameters may now be held only by an optimizer: measure those again
+        named = self._update_named(previous, inventory)
+        if self._module_ids_changed(namespace, names, first=previous is None):
+            # a module was deleted or rebound: its parameters may now be held only by an
+            # optimizer, so measure the optimizers again
             names += [n for n in _optimizer_names(namespace) if n not in names]
         changed_holders = self._update_holders(namespace, inventory, names, named)
-        held = dict(named)
+        totals = {d: n for d, n in self._named_totals.items() if n}
+        extra: Keys = {}
         for tracked in self._tracked.values():
-            held.update(tracked.source.keys)
-        totals: dict[str, int] = {}
-        for dev, nbytes in held.values():
+            extra.update(tracked.source.keys)
+        for dev, nbytes in _by_device({k: v for k, v in extra.items() if k not in named}).items():
             totals[dev] = totals.get(dev, 0) + nbytes
-        changes, note = self._name_changes(previous, inventory, names, named)
+        changes, note = self._name_changes(previous, inventory, namespace, names, named)
         changes.extend(changed_holders)
         warnings = self._leaks(named)
         rows = []
@@ -1094,43 +1158,101 @@ class Timeline:
         del self.rows[: max(0, len(self.rows) - self.limit)]
         return rows, warnings
 
+    def _update_named(self, previous: Inventory | None, inventory: Inventory) -> Keys:
+        """The storages the named variables hold, each once, and their per-device totals --
+        kept up to date from the names whose entries changed since the last cell (the hook's
+        rescan reused the others), so a cell costs what it changed, not the namespace."""
+        counts = self._counts
+        if previous is None or counts is None or not hasattr(inventory, "changed_since"):
+            if not hasattr(inventory, "storages_of"):
+                self._named, self._counts = inventory.storages(), None
+                self._named_totals = _by_device(self._named)
+                return self._named
+            named: Keys = {}
+            counts = {}
+            for name in inventory.names():
+                for key, value in inventory.storages_of(name).items():
+                    named[key] = value
+                    counts[key] = counts.get(key, 0) + 1
+            self._named, self._counts = named, counts
+            self._named_totals = _by_device(named)
+            return named
+        named, totals = self._named, self._named_totals
+        for name in inventory.changed_since(previous):
+            for key in previous.storages_of(name):
+                left = counts.get(key, 0) - 1
+                if left > 0:
+                    counts[key] = left
+                elif key in named:
+                    del counts[key]
+                    device, nbytes = named.pop(key)
+                    if device != "meta":
+                        totals[device] -= nbytes
+            for key, value in inventory.storages_of(name).items():
+                held = counts.get(key, 0)
+                counts[key] = held + 1
+                if not held:
+                    named[key] = value
+                    if value[0] != "meta":
+                        totals[value[0]] = totals.get(value[0], 0) + value[1]
+        return named
+
+    def _module_ids_changed(self, namespace: Any, names: list[str], first: bool) -> bool:
+        """Whether a name that held a module was deleted or rebound (tracked by id for the
+        names cells touch; the whole namespace once, at the first record)."""
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return False
+        module = torch.nn.Module
+        changed = False
+        for name in list(namespace) if first else names:
+            value = namespace.get(name)
+            known = self._module_ids.get(name)
+            if isinstance(value, module):
+                changed |= known is not None and known != id(value)
+                self._module_ids[name] = id(value)
+            elif known is not None:
+                del self._module_ids[name]
+                changed = True
+        return changed and not first
+
     def _name_changes(
-        self, previous: Inventory | None, inventory: Inventory, names: list[str], named: Keys
+        self,
+        previous: Inventory | None,
+        inventory: Inventory,
+        namespace: Any,
+        names: list[str],
+        named: Keys,
     ) -> tuple[list[tuple[str, str, int]], dict[str, str]]:
-        """(name, device, bytes it grew) for the names the cell touched or removed; and a note
-        per device when a deleted or rebound name's storages stay alive under another name."""
+        """(name, device, bytes it grew) for the names the cell touched (deleting one touches
+        it); and a note per device when a deleted or rebound name's storages stay alive under
+        another name (the timeline then remembers them: ``forgotten``)."""
         if previous is None:
             return [], {}
-        now = set(inventory.names())
-        before = previous.names()
-        gone = [n for n in before if n not in now]
-        touched = list(dict.fromkeys([*names, *gone]))
         changes: list[tuple[str, str, int]] = []
         notes: dict[str, str] = {}
-        for name in touched:
-            old = previous.subset([name]).totals() if name in before else {}
-            new = inventory.subset([name]).totals() if name in now else {}
+        for name in names:
+            old_keys = _root_keys(previous, name)
+            new_keys = _root_keys(inventory, name)
+            old, new = _by_device(old_keys), _by_device(new_keys)
             for dev in set(old) | set(new):
                 delta = new.get(dev, 0) - old.get(dev, 0)
                 if delta:
                     changes.append((name, dev, delta))
-            if name in before:
-                old_keys = previous.subset([name]).storages()
-                new_keys = inventory.subset([name]).storages() if name in now else {}
-                left = {k: v for k, v in old_keys.items() if k not in new_keys and k in named}
-                if left:
-                    self.forgotten[name] = left
-                    for dev in {d for d, _ in left.values()}:
-                        size = sum(n for d, n in left.values() if d == dev)
-                        verb = "del" if name not in now else "rebinding"
-                        notes[dev] = (
-                            f"{verb} {name} freed nothing of {format_bytes(size)}: "
-                            "another name still holds it (%devices --holders)"
-                        )
-        # forget what is no longer held at all
+            left = {k: v for k, v in old_keys.items() if k not in new_keys and k in named}
+            if left:
+                if name not in namespace:
+                    self.forgotten[name] = left  # holders() names the second name
+                verb = "del" if name not in namespace else "rebinding"
+                for dev, size in _by_device(left).items():
+                    notes[dev] = (
+                        f"{verb} {name} freed nothing of {format_bytes(size)}: "
+                        "another name still holds it (%devices --holders)"
+                    )
+        # forget what is no longer held at all, or whose name is back
         for name in list(self.forgotten):
             keys = {k: v for k, v in self.forgotten[name].items() if k in named}
-            if keys and name not in now:
+            if keys and name not in namespace:
                 self.forgotten[name] = keys
             else:
                 del self.forgotten[name]
@@ -1149,7 +1271,14 @@ class Timeline:
             self._error_id = id(exc) if exc is not None else None
             fresh["error"] = _traceback_source(exc, named)
         out = namespace.get("Out") if hasattr(namespace, "get") else None
-        current = set(out) if isinstance(out, dict) else set()
+        out = out if isinstance(out, dict) else {}
+        # IPython only ever adds at the end: same size and same last key means no change
+        last = next(reversed(out)) if out else None
+        if full or len(out) != len(self._out_keys) or last != self._out_last:
+            current = set(out)
+        else:
+            current = self._out_keys
+        self._out_last = last
         added = current if full else current - self._out_keys
         for key in (self._out_keys - current) | (added if full else set()):
             fresh[f"out:{key!r}"] = None
@@ -1167,12 +1296,20 @@ class Timeline:
                     fresh[label] = None
         torch = sys.modules.get("torch")
         without_optimizers: Keys | None = None
+        maybe_orphaned: set[str] | None = None
         for name in list(present) if full else names:
             if name not in present or is_ipython_bookkeeping(name):
                 continue
             value = namespace.get(name)
-            if without_optimizers is None and isinstance(value, torch.optim.Optimizer):
-                without_optimizers = _named_keys_without_optimizers(namespace, inventory)
+            if type(value) in _NOTHING_TO_HOLD:
+                continue
+            if isinstance(value, torch.optim.Optimizer):
+                if maybe_orphaned is None:
+                    maybe_orphaned = _maybe_orphaned(inventory) or set(present)
+                if name not in maybe_orphaned:
+                    continue  # every parameter it updates is reachable: nothing orphaned
+                if without_optimizers is None:
+                    without_optimizers = _named_keys_without_optimizers(namespace, inventory)
             for source in _name_sources(namespace, name, value, without_optimizers or {}):
                 fresh[f"name\x00{name}\x00{source.key}"] = source
         changes: list[tuple[str, str, int]] = []
@@ -1187,10 +1324,8 @@ class Timeline:
                 if tracked is None or tracked.source.token != source.token:
                     tracked = self._tracked[label] = _Tracked(source)
                 tracked.source = source
-                new = {}
                 subtract = named if source.subtract is None else source.subtract
-                for dev, nbytes in (v for k, v in source.keys.items() if k not in subtract):
-                    new[dev] = new.get(dev, 0) + nbytes
+                new = _by_device({k: v for k, v in source.keys.items() if k not in subtract})
                 grew = any(new.get(d, 0) > old.get(d, 0) for d in new)
                 tracked.grew_in_row = tracked.grew_in_row + 1 if grew else 0
                 tracked.last_bytes = new
