@@ -1304,8 +1304,15 @@ class Timeline:
             if type(value) in _NOTHING_TO_HOLD:
                 continue
             if isinstance(value, torch.optim.Optimizer):
+                if not full and not inventory.objects_changed:
+                    # no module or optimizer changed since the last scan: what it orphans
+                    # is as it was (keep what is tracked for it)
+                    for label in [k for k in fresh if k.startswith(f"name\x00{name}\x00")]:
+                        del fresh[label]
+                    continue
                 if maybe_orphaned is None:
-                    maybe_orphaned = _maybe_orphaned(inventory) or set(present)
+                    found = _maybe_orphaned(inventory)
+                    maybe_orphaned = set(present) if found is None else found
                 if name not in maybe_orphaned:
                     continue  # every parameter it updates is reachable: nothing orphaned
                 if without_optimizers is None:
