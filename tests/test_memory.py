@@ -573,3 +573,36 @@ def test_real_cuda_oom_explained_with_allocator_figures_and_the_cell_peak(ip):
     assert facts.device == "cuda:0" and abs(facts.request - 2 * total) <= 0.01 * total
     assert "Out of memory on cuda:0" in shown and "x: 4.0 MiB" in shown
     assert "Reserved by PyTorch but unallocated" in shown
+
+
+# -- the sidebar's timeline message ------------------------------------------------------------
+
+
+def test_timeline_message_is_schema_checked_and_follows_the_snapshot(ip):
+    from torchdevice_magic import protocol
+    from torchdevice_magic.session import get_session
+
+    run(ip, "import torch\nlosses = []")
+    run(ip, "losses.append(torch.ones(3, requires_grad=True).exp().sum())")
+    session = get_session(ip)
+    message = session.timeline_message()
+    protocol.check_timeline(message)
+    last = message["rows"][-1]
+    # the loss (4 B), exp's saved result (12 B) and the leaf its AccumulateGrad node keeps (12 B)
+    assert last["device"] == "cpu" and last["delta"] == 4 + 12 + 12
+    assert last["changes"][0][0] == "losses: 1 autograd graph"
+
+    sent = []
+
+    class Channel:
+        def send(self, data):
+            sent.append(data)
+
+    session.channel.comms["fake"] = Channel()
+    try:
+        session.channel.push(session)
+    finally:
+        session.channel.comms.pop("fake")
+    assert [m["type"] for m in sent] == ["snapshot", "timeline"]
+    with pytest.raises(protocol.ProtocolError):
+        protocol.check_timeline({**message, "rows": [{**last, "bytes": "12"}]})

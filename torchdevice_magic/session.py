@@ -324,6 +324,12 @@ class DeviceSession:
         if last is not None and getattr(last, "result", None) is value:
             last.result = None
 
+    def timeline_message(self) -> dict[str, Any] | None:
+        """The sidebar's ``timeline`` message (None before any cell was recorded)."""
+        if not self.timeline.rows:
+            return None
+        return protocol.timeline(self.timeline.to_json(protocol.TIMELINE_ROWS), seq=self.seq)
+
     def show_oom(self, error: BaseException) -> Any:
         from .memory import explain_oom
 
