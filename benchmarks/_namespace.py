@@ -59,6 +59,45 @@ def floor_scan(namespace: dict[str, Any]) -> set[tuple[int, int]]:
     return seen
 
 
+def floor_facts(namespace: dict[str, Any]) -> list[tuple]:
+    """The fair floor of a scan (issue 11): visit each value; for each tensor -- top-level,
+    inside a top-level list/tuple/dict, module parameters and buffers, their gradients,
+    optimizer state -- read its storage's ``data_ptr()`` and ``nbytes()``, its ``device``,
+    ``dtype`` and ``shape`` once: the facts the table needs."""
+    facts: list[tuple] = []
+    add = facts.append
+    tensor_type = torch.Tensor
+    module_type = torch.nn.Module
+    optimizer_type = torch.optim.Optimizer
+
+    def read(tensor: Any) -> None:
+        storage = tensor.untyped_storage()
+        add((storage.data_ptr(), storage.nbytes(), tensor.device, tensor.dtype, tensor.shape))
+
+    for value in namespace.values():
+        if isinstance(value, tensor_type):
+            read(value)
+            if value.requires_grad and value.is_leaf and value.grad is not None:
+                read(value.grad)
+        elif isinstance(value, module_type):
+            for tensor in value.parameters():
+                read(tensor)
+                if tensor.grad is not None:
+                    read(tensor.grad)
+            for tensor in value.buffers():
+                read(tensor)
+        elif isinstance(value, optimizer_type):
+            for state in value.state.values():
+                for item in state.values():
+                    if isinstance(item, tensor_type):
+                        read(item)
+        elif isinstance(value, (list, tuple, dict)):
+            for item in value.values() if isinstance(value, dict) else value:
+                if isinstance(item, tensor_type):
+                    read(item)
+    return facts
+
+
 def median_seconds(function: Callable[[], object], repeats: int = 31, warmup: int = 3) -> float:
     """Median wall time of ``function``. Like ``timeit``, the cyclic garbage collector is off
     while timing: a full collection over the ~300k objects torch and IPython hold lands at

@@ -15,20 +15,15 @@ import pytest
 import torch
 
 import torchdevice_magic as tdm
-from torchdevice_magic import moving, protocol
+from torchdevice_magic import devices, moves, protocol
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def cpu_only_targets(monkeypatch, allow_meta=True):
     # the targets of a kernel without accelerators, whatever this machine has
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    if hasattr(torch.backends, "mps"):
-        monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
-    if hasattr(torch, "xpu"):
-        monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
-    return [protocol.target(*t) for t in moving.available_devices(allow_meta)]
+    monkeypatch.setattr(devices, "accelerator_type", lambda: None)
+    return [protocol.target(*t) for t in moves.available_devices(allow_meta)]
 
 
 def basic_namespace():

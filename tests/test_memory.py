@@ -203,20 +203,37 @@ def test_forward_hook_closure_stashing_outputs():
     assert holders(namespace) == []
 
 
-def test_object_holding_tensors_in_attributes():
+def test_objects_holding_tensors_in_attributes():
+    """Named, such an object is a named variable (the scan walks attributes); reachable only
+    through a hook's bound method, it is that hook's holder."""
+
     class Trainer:
         pass
 
+    class Recorder:
+        def __init__(self):
+            self.outputs = []
+
+        def hook(self, module, inputs, output):
+            self.outputs.append(output.detach())
+
     trainer = Trainer()
     trainer.last_batch = torch.zeros(50, 50)
-    trainer.steps = 3
-    ref = weakref.ref(trainer.last_batch)
-    namespace = {"trainer": trainer}
-    holder = by_kind(holders(namespace), "attributes")
-    assert holder.where == "trainer attributes (.last_batch)"
-    assert holder.bytes == 50 * 50 * F32
-    assert holder.release() == 50 * 50 * F32
-    assert ref() is None and trainer.last_batch is None and trainer.steps == 3
+    model = torch.nn.Linear(25, 25)
+    model.register_forward_hook(Recorder().hook)
+    outputs = [model(torch.randn(4, 25)) for _ in range(3)]
+    storages = [StorageWeakRef(out.untyped_storage()) for out in outputs]  # the stash's too
+    del outputs
+    assert not any(ref.expired() for ref in storages)
+    namespace = {"trainer": trainer, "model": model}
+    assert torchdevice_magic.scan(namespace).totals()["cpu"] >= 50 * 50 * F32
+    holder = by_kind(holders(namespace), "hook")
+    assert holder.where == "model forward hook closure"
+    assert holder.bytes == 3 * 4 * 25 * F32  # the detached outputs (same storages)
+    assert holder.release() == 3 * 4 * 25 * F32
+    assert all(ref.expired() for ref in storages)
+    assert [h.kind for h in holders(namespace)] == []
+    assert trainer.last_batch.shape == (50, 50)
 
 
 def test_second_name_of_a_deleted_name():

@@ -21,7 +21,7 @@ from IPython.testing import globalipapp
 from ipywidgets.widgets import widget as widget_module
 from torch import nn
 
-import torchdevice_magic.moving as moving
+import torchdevice_magic.moves as moves
 from torchdevice_magic.inventory import is_ipython_bookkeeping
 from torchdevice_magic.session import load
 from torchdevice_magic.widget import DeviceTable
@@ -277,14 +277,14 @@ def test_a_move_to_meta_says_it_cannot_be_undone_and_disables_undo(
 def lazy(monkeypatch: pytest.MonkeyPatch, session: Any, lazy_backend: str) -> str:
     """torch's TorchScript lazy backend, offered as a target: a device that keeps data."""
     del lazy_backend  # initialised (or the test skipped) by the fixture
-    real_resolve, real_available = moving._resolve_device, moving.available_devices
+    real_resolve, real_available = moves.resolve_device, moves.available_devices
     monkeypatch.setattr(
-        moving,
-        "_resolve_device",
+        moves,
+        "resolve_device",
         lambda d, allow: torch.device("lazy", 0) if d == "lazy" else real_resolve(d, allow),
     )
     monkeypatch.setattr(
-        moving, "available_devices", lambda allow: [*real_available(allow), ("lazy", True, "")]
+        moves, "available_devices", lambda allow: [*real_available(allow), ("lazy", True, "")]
     )
     return "lazy"
 
@@ -326,7 +326,7 @@ def test_unavailable_targets_are_not_offered(
     assert "meta" not in table.target_note.value  # meta is off, not advertised
     if not HAS_CUDA:
         assert options == ("cpu",)
-        assert "cuda: CUDA is not available in this kernel" in table.target_note.value
+        assert "cuda: this kernel has no accelerator" in table.target_note.value
     with pytest.raises(Exception, match="Invalid selection"):  # the Dropdown refuses it
         table.target_dropdown.value = "meta"
     table.target_dropdown.value = "cpu"
@@ -380,7 +380,7 @@ def test_refused_move_shows_the_numbers_and_changes_nothing(
     ip: Any, small: dict[str, Any], make_table: Callable[..., DeviceTable], monkeypatch
 ) -> None:
     # the engine's own free-memory check, told the target has 100 bytes free
-    monkeypatch.setattr(moving, "move", functools.partial(moving.move, free_bytes=100))
+    monkeypatch.setattr(moves, "move", functools.partial(moves.move, free_bytes=100))
     before = {name: ip.user_ns[name] for name in ("x", "model", "batch")}
     table = make_table()
     table.target_dropdown.value = "meta"

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .inventory import Inventory, Record, scan
+from .records import Record
+from .scanner import Inventory, Scanner, scan
 
 __version__ = "0.1.0"
 
 
 def move(namespace: Any, device: str, names: Any = None, **options: Any) -> Any:
-    """Move objects of ``namespace`` to ``device``, all or nothing (see :mod:`.moving`)."""
-    from .moving import move as _move
+    """Move objects of ``namespace`` to ``device``, all or nothing (see :mod:`.moves`)."""
+    from .moves import move as _move
 
     return _move(namespace, device, names, **options)
 
@@ -57,4 +58,4 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "torchdevice-magic"}]
 
 
-__all__ = ["Inventory", "Record", "scan", "move", "diagnose", "holders", "__version__"]
+__all__ = ["Inventory", "Record", "Scanner", "scan", "move", "diagnose", "holders", "__version__"]

@@ -115,7 +115,7 @@ class SidebarChannel:
 
     def answer(self, request: protocol.Request) -> tuple[bool, str, dict[str, Any] | None]:
         """(ok, one-line message, outcome) for a validated request."""
-        from .moving import MoveError
+        from .moves import MoveError
 
         session = self.session
         if request.type == "refresh":
@@ -134,7 +134,7 @@ class SidebarChannel:
         return result.ok, outcome["message"] if outcome else result.summary(), outcome
 
     def _checked_names(self, names: tuple[str, ...] | None) -> list[str] | None:
-        from .moving import MoveError
+        from .moves import MoveError
 
         if names is None:
             return None

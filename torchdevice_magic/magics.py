@@ -9,8 +9,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from .inventory import device_sort_key
 from .session import DeviceSession, cell_names
+from .units import device_sort_key
 
 MAGIC_NAMES = {"cell": ["devicecheck"], "line": ["devices"]}
 
@@ -127,7 +127,7 @@ class DeviceMagics(Magics):
             print(f"⚠ {message}")
 
     def _checked_device(self, text: str, option: str) -> str:
-        from .moving import MoveError, resolve_device
+        from .moves import MoveError, resolve_device
 
         try:
             # typed by the user: meta is allowed here (the config gate is for one-click moves)
@@ -136,7 +136,7 @@ class DeviceMagics(Magics):
             raise UsageError(f"{option} {text}: {error}") from None
 
     def _move_before_running(self, read: list[str], device: str) -> None:
-        from .moving import MoveError
+        from .moves import MoveError
 
         inventory = self.session.rescan()
         movable = {r.root for r in inventory.records if r.movable and not r.hidden}

@@ -6,8 +6,9 @@ Pure core: no IPython, no ipywidgets, torch never imported here. Three things:
   the last error's traceback (every frame of it keeps its locals), the output history
   (``Out[12]``, ``_``), autograd graphs kept alive by live results (``loss``, a list of losses),
   gradients and optimizer state of parameters no variable holds, closures and bound objects of
-  hooks registered on modules, and objects holding tensors in attributes (plus, given what the
-  timeline knows, a second name still holding a deleted name's tensor). Each :class:`Holder`
+  hooks registered on modules (plus, given what the timeline knows, a second name still
+  holding a deleted name's tensor). Objects holding tensors in attributes are walked by the
+  scan itself: named, they are named variables; inside any of these holders, they are found. Each :class:`Holder`
   says where, on which device, how many bytes (storages counted once, minus what named
   variables hold anyway) and can :meth:`Holder.release` exactly that reference.
 * :class:`Timeline` records, after each cell, the bytes held per device (named + holders, each
@@ -45,7 +46,7 @@ from itertools import compress, repeat
 from operator import attrgetter, is_, itemgetter
 from typing import Any
 
-from .inventory import Inventory, is_ipython_bookkeeping, scan
+from .scanner import Inventory, is_ipython_bookkeeping, scan
 from .units import device_sort_key, format_bytes
 
 Keys = dict[tuple, tuple[str, int]]
@@ -67,11 +68,6 @@ _GLOBAL_HOOKS = (
     ("_global_forward_pre_hooks", "global forward pre-hook"),
     ("_global_backward_hooks", "global backward hook"),
     ("_global_backward_pre_hooks", "global backward pre-hook"),
-)
-#: Objects of types from these packages are never "objects holding tensors in attributes".
-_NOT_USER_PACKAGES = frozenset(
-    {"builtins", "torch", "IPython", "ipykernel", "ipywidgets", "traitlets", "numpy", "pandas"}
-    | {"typing", "collections", "functools", "abc", "torchdevice_magic", "jupyter_client"}
 )
 
 
@@ -685,64 +681,6 @@ def _callable_source(
     )
 
 
-# -- objects holding tensors in attributes ------------------------------------------------------
-
-
-def _is_plain_user_object(value: Any) -> bool:
-    kind = type(value)
-    if isinstance(value, (type, types.ModuleType, types.FunctionType, types.MethodType)):
-        return False
-    module = getattr(kind, "__module__", "") or ""
-    if module.partition(".")[0] in _NOT_USER_PACKAGES:
-        return False
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(
-        value, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer)
-    ):
-        return False
-    return not isinstance(value, (list, tuple, dict, set, frozenset, str, bytes))
-
-
-def _clear_attributes(namespace: Any, name: str, expected_id: int, attributes: tuple) -> str:
-    obj = namespace.get(name)
-    if obj is None or id(obj) != expected_id:
-        return f"{name} was rebound since: nothing released"
-    try:
-        state = object.__getattribute__(obj, "__dict__")
-    except Exception:
-        return f"{name} has no attributes to release"
-    for attribute in attributes:
-        if attribute in state:
-            state[attribute] = None
-    shown = ", ".join(f"{name}.{a}" for a in attributes)
-    return f"set {shown} to None"
-
-
-def _attribute_source(namespace: Any, name: str, obj: Any) -> _Source | None:
-    attributes = {a: v for a, v in _attributes(obj).items() if not a.startswith("__")}
-    if not attributes:
-        return None
-    labels = {f"{name}.{a}": v for a, v in attributes.items()}
-    inventory = scan(labels)
-    holding = tuple(
-        dict.fromkeys((r.root or r.name).partition(".")[2] for r in inventory.records if r.bytes)
-    )
-    if not holding:
-        return None
-    keys = inventory.storages()
-    shown = ", ".join(f".{a}" for a in holding[:3]) + (" ..." if len(holding) > 3 else "")
-    return _Source(
-        f"{name} attributes ({shown})",
-        "attributes",
-        keys,
-        functools.partial(_clear_attributes, namespace, name, id(obj), holding),
-        f"set {name}.{holding[0]} = None when done with it",
-        len(holding),
-        token=id(obj),
-        key="attributes",
-    )
-
-
 # -- a second name of a deleted name's tensor ---------------------------------------------------
 
 
@@ -834,9 +772,8 @@ def _name_sources(namespace: Any, name: str, value: Any, named_keys: Keys) -> li
         if isinstance(value, (torch.Tensor, list, tuple, dict)):
             source = _graph_source(namespace, name, value)
             return [source] if source is not None else []
-        if _is_plain_user_object(value):
-            source = _attribute_source(namespace, name, value)
-            return [source] if source is not None else []
+        # an object holding tensors in attributes is walked by the scan: its tensors are
+        # named (under its name); inside a hook, an Out entry or a frame it is found there
     except Exception:  # a hostile object: it is skipped, never fatal
         return []
     return []

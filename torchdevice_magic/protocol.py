@@ -48,7 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .inventory import Record
+from .records import Record
 
 PROTOCOL_NAME = "torchdevice_magic"
 PROTOCOL_VERSION = 1

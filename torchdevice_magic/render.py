@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .inventory import Record
+from .records import Record
 from .units import format_bytes
 
 if TYPE_CHECKING:
-    from .inventory import Inventory
+    from .scanner import Inventory
 
 #: Renderings list at most this many rows (biggest first); the rest is summarised in one line.
 MAX_RENDERED_ROWS = 200

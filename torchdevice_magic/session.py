@@ -3,7 +3,7 @@
 One :class:`DeviceSession` per IPython shell owns everything the extension adds (like
 autoreload's single object owning its hooks), so ``%unload_ext`` can take all of it away again.
 The widget, the sidebar comm and the magics are thin views over it; the work is in the pure core
-(:mod:`.inventory`, :mod:`.moving`, :mod:`.diagnose`).
+(:mod:`.objects` -> :mod:`.scanner`, :mod:`.moves`, :mod:`.diagnose`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from traitlets import Bool, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from . import protocol
-from .inventory import Inventory, orphan_warning, scan
 from .memory import Timeline, device_figures, reset_peaks
+from .scanner import Inventory, Scanner, orphan_warning
 
 log = logging.getLogger("torchdevice_magic")
 
@@ -51,7 +51,7 @@ class TorchDeviceMagic(Configurable):
     def _check_default_device(self, proposal: dict[str, Any]) -> str:
         value = proposal["value"].strip()
         if value and "torch" in sys.modules:  # checked against this kernel's devices
-            from .moving import MoveError, resolve_device
+            from .moves import MoveError, resolve_device
 
             try:
                 return str(resolve_device(value, allow_meta=True))
@@ -85,6 +85,8 @@ class DeviceSession:
     def __init__(self, shell: Any) -> None:
         self.shell = shell
         self.config = TorchDeviceMagic(parent=shell)
+        #: the incremental scan state; ``inventory`` is its latest (immutable) result
+        self.scanner = Scanner()
         self.inventory: Inventory | None = None
         self.undo_stack: list[Any] = []
         self.last_action: dict[str, Any] | None = None
@@ -104,10 +106,10 @@ class DeviceSession:
         return self.shell.user_ns
 
     def rescan(self, changed: tuple[str, ...] | list[str] = (), recheck: bool = True) -> Inventory:
-        self.inventory = scan(
+        self.scanner.last = self.inventory  # whatever the session last showed
+        self.inventory = self.scanner.scan(
             self.namespace,
             include_hidden=self.config.include_hidden,
-            previous=self.inventory,
             changed=changed,
             recheck=recheck,
         )
@@ -115,14 +117,14 @@ class DeviceSession:
 
     def full_scan(self, include_hidden: bool | None = None) -> Inventory:
         hidden = self.config.include_hidden if include_hidden is None else include_hidden
-        self.inventory = scan(self.namespace, include_hidden=hidden)
+        self.inventory = self.scanner.scan(self.namespace, include_hidden=hidden, full=True)
         return self.inventory
 
     # -- targets ---------------------------------------------------------------------------
     def targets(self) -> list[dict[str, Any]]:
         if "torch" not in sys.modules:
             return []
-        from .moving import available_devices
+        from .moves import available_devices
 
         return [
             protocol.target(device, enabled, reason)
@@ -134,7 +136,7 @@ class DeviceSession:
             return None
         if self.config.default_device:
             return self.config.default_device
-        from .moving import best_device
+        from .moves import best_device
 
         best = best_device()
         # meta is only ever enabled to stand in for a missing accelerator: make it the default
@@ -155,7 +157,7 @@ class DeviceSession:
         ``allow_meta``: None follows the config (one-click moves); a device the user typed
         (``%%devicecheck --to meta``) passes True.
         """
-        from .moving import move
+        from .moves import move
 
         result = move(
             self.namespace,
@@ -178,7 +180,7 @@ class DeviceSession:
 
     def undo(self, progress: Callable[[int, int], None] | None = None) -> Any:
         if not self.undo_stack:
-            from .moving import MoveError
+            from .moves import MoveError
 
             raise MoveError("nothing to undo")
         result = self.undo_stack[-1].undo(progress=progress)

@@ -2,7 +2,7 @@
 
 A thin view: the rows come from ``session.inventory`` (:mod:`.inventory`), the cells from
 :func:`.render.row_cells`, and every button goes through the session (``session.move`` /
-``session.undo``), which runs the all-or-nothing engine in :mod:`.moving` and then calls
+``session.undo``), which runs the all-or-nothing engine in :mod:`.moves` and then calls
 ``refresh(session)`` on every live view, this one included.
 
 Why it is built the way it is:
@@ -30,12 +30,14 @@ import ipywidgets as widgets
 from ipywidgets.widgets.widget_bool import CheckboxStyle
 from ipywidgets.widgets.widget_string import HTMLStyle
 
-from .inventory import Record, device_sort_key, scan
+from .records import Record
 from .render import COLUMNS, row_cells
-from .units import format_bytes
+from .scanner import scan
+from .units import device_sort_key, format_bytes
 
 if TYPE_CHECKING:
-    from .inventory import DeviceTotal, Inventory
+    from .records import DeviceTotal
+    from .scanner import Inventory
 
 #: Column widths of the cell line, in ``ch`` (the note column takes what is left).
 _WIDTHS = {"name": 22, "type": 14, "device": 10, "dtype": 9, "shape": 16, "size": 24}

@@ -1,0 +1,102 @@
+"""The scan's typed, immutable results: one :class:`Record` per row, one :class:`DeviceTotal` per
+device. Pure leaf (no torch, no IPython). Records are frozen: a scan builds each one complete
+(sharing, hidden and root included) and later scans reuse records of objects that did not change.
+The dict fields (``bytes_by_device``...) are owned by the record and never changed after it is
+built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One row of the inventory: a top-level name, an element of a small container or object
+    (``trainer.model``, ``batch['x']``), or one aggregated big container."""
+
+    name: str
+    root: str
+    kind: str  # "tensor" | "parameter" | "module" | "optimizer" | "container" | "unreadable"
+    type: str
+    devices: tuple[str, ...]
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    numel: int = 0
+    bytes: int = 0
+    would_need_bytes: int = 0
+    requires_grad: bool = False
+    grad_bytes: int = 0
+    bytes_by_device: dict[str, int] = field(default_factory=dict)
+    shares_with: tuple[str, ...] = ()
+    hidden: bool = False
+    mixed: bool = False
+    note: str = ""
+    movable: bool = True
+    #: why ``movable`` is False, in one line ("" when movable)
+    movable_reason: str = ""
+    # modules
+    param_count: int = 0
+    param_bytes: dict[str, int] = field(default_factory=dict)
+    buffer_bytes: dict[str, int] = field(default_factory=dict)
+    grad_bytes_by_device: dict[str, int] = field(default_factory=dict)
+    # optimizers
+    state_bytes: dict[str, int] = field(default_factory=dict)
+    param_devices: tuple[str, ...] = ()
+    # containers
+    element_count: int = 0
+    truncated: bool = False
+
+    @property
+    def device(self) -> str:
+        return ", ".join(self.devices) if self.devices else "-"
+
+    def size_order(self) -> tuple[int, str]:
+        """Sort key of every view: biggest first (meta rows by what they would need), then name."""
+        return (-max(self.bytes, self.would_need_bytes), self.name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The protocol row (see :mod:`torchdevice_magic.protocol`)."""
+        return {
+            "name": self.name,
+            "root": self.root,
+            "kind": self.kind,
+            "type": self.type,
+            "device": self.device,
+            "devices": list(self.devices),
+            "dtype": self.dtype,
+            "shape": list(self.shape) if self.shape is not None else None,
+            "numel": self.numel,
+            "bytes": self.bytes,
+            "would_need_bytes": self.would_need_bytes,
+            "grad_bytes": self.grad_bytes,
+            "requires_grad": self.requires_grad,
+            "shares_with": list(self.shares_with),
+            "hidden": self.hidden,
+            "mixed": self.mixed,
+            "note": self.note,
+            "movable": self.movable,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTotal:
+    device: str
+    bytes: int
+    would_need_bytes: int
+    allocated: int | None = None
+    reserved: int | None = None
+    capacity: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "bytes": self.bytes,
+            "would_need_bytes": self.would_need_bytes,
+            "allocated": self.allocated,
+            "reserved": self.reserved,
+            "capacity": self.capacity,
+        }
+
+
+__all__ = ["Record", "DeviceTotal"]

@@ -1,0 +1,1789 @@
+"""Which tensors, modules and optimizers live in a namespace, on which devices, taking how much.
+
+Data flows one way: namespace -> :mod:`.objects` (the one walker) -> :class:`Scanner` (per
+session, incremental) -> :class:`Inventory` (immutable result of typed :class:`Record` rows).
+
+Pure core: no IPython, no ipywidgets, and torch is never imported here: if the user has not
+imported torch there is nothing to find. Everything a user object could do to us (properties
+that raise, lying ``__len__``, self-referencing containers, generators) is guarded: a hostile
+object becomes a skipped name or an "unreadable" record, never an exception.
+
+Memory is counted once per storage (:func:`.objects.add_storages` keys): views, aliases, tied
+weights, a name bound to a module's own Parameter: each storage counts once in the totals and
+once in a module's parameter/buffer bytes.
+
+The scan never keeps a user's tensor alive: an :class:`Inventory` holds numbers and strings,
+ids, the shapes of walked containers (keys, never values), and weak references to modules and
+optimizers (never to Parameters: torch's swap-based ``Module._apply`` refuses to swap tensors
+that have weak references).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import weakref
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_not, methodcaller, ne
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from . import objects
+from .objects import Kind, StorageKey, Storages, TorchTypes
+from .records import DeviceTotal, Record
+from .units import device_sort_key, format_bytes
+
+#: IPython's own bookkeeping: never user objects (``Out`` is looked at only with include_hidden).
+IPYTHON_NAMES = frozenset(
+    {"In", "Out", "_", "__", "___", "_i", "_ii", "_iii", "_ih", "_oh", "_dh", "exit", "quit"}
+    | {"get_ipython", "_exit_code"}
+)
+_IPYTHON_NUMBERED = re.compile(r"_i?\d+\Z")
+
+#: Containers nested deeper than this are not walked (a nested batch is rarely deeper).
+MAX_CONTAINER_DEPTH = objects.MAX_DEPTH
+#: The hard safety cap on elements visited in one container; hitting it is reported.
+CONTAINER_ELEMENT_CAP = objects.ELEMENT_CAP
+#: A container holding more tensors than this becomes one aggregated record.
+AGGREGATE_ABOVE = 16
+
+
+def is_ipython_bookkeeping(name: str) -> bool:
+    if not name.startswith("_"):
+        return name in IPYTHON_NAMES
+    return (
+        name in IPYTHON_NAMES or name.startswith("__") or _IPYTHON_NUMBERED.match(name) is not None
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# What one top-level name produced
+
+
+class _Grad(NamedTuple):
+    key: StorageKey
+    device: str
+    nbytes: int
+
+
+class _TensorFacts(NamedTuple):
+    """A plain tensor or Parameter bound to a name: the common case, kept compact. A Record
+    costs more to build than reading the tensor, and most scans (the hook's, after every cell)
+    never look at records of tensors nobody changed, so records are built only when asked."""
+
+    id: int
+    type: type
+    device: str
+    dtype: Any
+    shape: Any
+    requires_grad: bool
+    key: StorageKey
+    nbytes: int
+    grad: _Grad | None
+
+
+class _Entry:
+    """What one top-level name produced (records, storages), plus what it takes to know, next
+    time, whether the name still holds the same thing."""
+
+    __slots__ = (
+        "object_id", "records", "storages", "signature", "ref", "volatile", "record_keys",
+        "tensor_ids", "structure", "kind",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        object_id: int,
+        records: list[Record],
+        storages: Storages,
+        signature: Any = None,
+        ref: Any = None,
+        volatile: bool = False,
+        kind: str = "",
+    ) -> None:
+        self.object_id = object_id
+        self.records = records
+        # storage key -> (device, nbytes); nbytes is what the storage *would* need on meta.
+        self.storages = storages
+        self.signature = signature
+        self.ref = ref
+        self.volatile = volatile
+        self.kind = kind or (records[0].kind if records else "")
+        # For entries with several records (a small container): each record's storage keys.
+        self.record_keys: list[Iterable[StorageKey]] | None = None
+        # ids of the tensors this entry reaches (a module's parameters and buffers, a
+        # container's tensors) or, for an optimizer, of the parameters it updates
+        self.tensor_ids: tuple[int, ...] = ()
+        # composites: the shape of what was walked (keys only), for objects.signature
+        self.structure: objects.Spec | None = None
+
+    def keys_per_record(self) -> Iterable[tuple[Record, Iterable[StorageKey]]]:
+        if self.record_keys is None:
+            return ((record, self.storages.keys()) for record in self.records)
+        return zip(self.records, self.record_keys, strict=True)
+
+
+def _entry_storages(entry: Any) -> Mapping[StorageKey, tuple[str, int]]:
+    return _facts_storages(entry) if type(entry) is _TensorFacts else entry.storages
+
+
+def _entry_volatile(entry: Any) -> bool:
+    if type(entry) is _TensorFacts:
+        # A tensor's grad can appear in any cell, and a Parameter can't be weakly referenced
+        # (swap-based Module._apply refuses such tensors): look at both again next time.
+        return entry.requires_grad or entry.type.__name__ == "Parameter"
+    return entry.volatile
+
+
+# --------------------------------------------------------------------------------------------
+# Facts about tensors
+
+
+_get_device = attrgetter("device")
+_get_dtype = attrgetter("dtype")
+_get_shape = attrgetter("shape")
+_get_requires_grad = attrgetter("requires_grad")
+_get_grad = attrgetter("grad")
+_data_ptr = methodcaller("data_ptr")
+
+
+def _device_names_of(T: TorchTypes, tensors: list[Any]) -> list[str]:
+    devices = list(map(_get_device, tensors))
+    if len(devices) > 64:
+        unique = set(devices)
+        if len(unique) == 1:  # the usual namespace: one device, one name
+            return [T.device_name(unique.pop())] * len(devices)
+    try:
+        return list(map(T.device_names.__getitem__, devices))
+    except KeyError:
+        return [T.device_name(device) for device in devices]
+
+
+def _read_storages(
+    T: TorchTypes, tensors: list[Any], devices: list[str], into: Storages
+) -> list[int]:
+    """Each tensor's storage bytes, with its key added to ``into``.
+
+    Column-wise (``map`` over unbound methods) so the loop runs in C: this is the scan's hot
+    path. Any tensor without a plain storage sends the whole batch down the careful path.
+    """
+    try:
+        storages = list(map(T.Tensor.untyped_storage, tensors))
+        pointers = list(map(T.UntypedStorage.data_ptr, storages))
+        sizes = list(map(T.UntypedStorage.nbytes, storages))
+    except Exception:
+        return [objects.add_storages(T, t, d, into) for t, d in zip(tensors, devices, strict=True)]
+    if 0 in pointers:  # meta, empty and wrapper-device storages have no data pointer
+        return [objects.add_storages(T, t, d, into) for t, d in zip(tensors, devices, strict=True)]
+    into.update(zip(zip(devices, pointers), zip(devices, sizes)))  # noqa: B905 - same lengths
+    return sizes
+
+
+def _grad_facts(T: TorchTypes, tensor: Any) -> _Grad | None:
+    # .grad of a non-leaf tensor makes torch warn: only leaves (or retain_grad) have one
+    if not (tensor.is_leaf or tensor.retains_grad):
+        return None
+    grad = tensor.grad
+    if grad is None:
+        return None
+    into: Storages = {}
+    device = T.device_name(grad.device)
+    objects.add_storages(T, grad, device, into)
+    key, (_, nbytes) = next(iter(into.items()))
+    return _Grad(key, device, nbytes)
+
+
+def _plain_tensor_facts(T: TorchTypes, tensor: Any, tp: type) -> _TensorFacts | None:
+    """Facts of a strided tensor or Parameter, or None when it needs the careful path."""
+    try:
+        device_object = tensor.device
+        device = T.device_names.get(device_object) or T.device_name(device_object)
+        storage = tensor.untyped_storage()
+        pointer = storage.data_ptr()
+        if not pointer and device != "meta":
+            return None  # empty, or a wrapper device: the careful path keys it
+        key = (device, pointer) if pointer else (device, "impl", storage._cdata)
+        requires_grad = tensor.requires_grad
+        return _TensorFacts(
+            id(tensor),
+            tp,
+            device,
+            tensor.dtype,
+            tensor.shape,
+            requires_grad,
+            key,
+            storage.nbytes(),
+            _grad_facts(T, tensor) if requires_grad else None,
+        )
+    except Exception:
+        return None
+
+
+def _facts_storages(facts: _TensorFacts) -> Storages:
+    storages = {facts.key: (facts.device, facts.nbytes)}
+    grad = facts.grad
+    if grad is not None:
+        storages[grad.key] = (grad.device, grad.nbytes)
+    return storages
+
+
+def _facts_record(T: TorchTypes, name: str, facts: _TensorFacts, root: str | None = None) -> Record:
+    device = facts.device
+    actual = 0 if device == "meta" else facts.nbytes
+    grad = facts.grad
+    grad_bytes = 0 if grad is None or grad.device == "meta" else grad.nbytes
+    return Record(
+        name,
+        root or name,
+        "parameter" if facts.type is T.Parameter else "tensor",
+        facts.type.__name__,
+        (device,),
+        T.dtype_name(facts.dtype),
+        tuple(facts.shape),
+        facts.shape.numel(),
+        actual,
+        facts.nbytes,
+        facts.requires_grad,
+        grad_bytes,
+        {device: actual},
+        movable=device != "meta",
+        movable_reason="meta tensors hold no data" if device == "meta" else "",
+    )
+
+
+class _Columns:
+    """Plain tensors bound to top-level names, read column-wise by a full scan: the bulk of a
+    namespace. One object per full scan, shared (never changed) by the inventories of the
+    rescans that follow; names rebound since are listed in the state's ``dropped``.
+
+    Only exact ``torch.Tensor``s without ``requires_grad`` and with a data pointer are here:
+    nothing about them can change without rebinding the name (or the cell naming it), so they
+    are never looked at again. Records are built from the columns only when a view asks, once
+    per tensor, and kept here for the inventories that share these columns."""
+
+    __slots__ = (
+        "names", "ids", "devices", "dtypes", "shapes", "pointers", "sizes", "_position",
+        "_records",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        names: list[str],
+        ids: list[int],
+        devices: list[str],
+        dtypes: list[Any],
+        shapes: list[Any],
+        pointers: list[int],
+        sizes: list[int],
+    ) -> None:
+        self.names: list[str] = names
+        self.ids: list[int] = ids
+        self.devices: list[str] = devices
+        self.dtypes: list[Any] = dtypes
+        self.shapes: list[Any] = shapes
+        self.pointers: list[int] = pointers
+        self.sizes: list[int] = sizes
+        self._position: dict[str, int] | None = None
+        self._records: list[Record | None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def position(self) -> dict[str, int]:
+        if self._position is None:
+            self._position = dict(zip(self.names, range(len(self.names))))  # noqa: B905
+        return self._position
+
+    def key(self, index: int) -> StorageKey:
+        return (self.devices[index], self.pointers[index])
+
+    def keys(self) -> list[StorageKey]:
+        return list(zip(self.devices, self.pointers))  # noqa: B905 - same lengths
+
+    def record(self, T: TorchTypes, index: int) -> Record:
+        records = self._records
+        if records is None:
+            records = self._records = [None] * len(self.names)
+        record = records[index]
+        if record is None:
+            shape = self.shapes[index]
+            device = self.devices[index]
+            nbytes = self.sizes[index]
+            record = records[index] = Record(
+                self.names[index],
+                self.names[index],
+                "tensor",
+                "Tensor",
+                (device,),
+                T.dtype_name(self.dtypes[index]),
+                tuple(shape),
+                shape.numel(),
+                nbytes,
+                nbytes,
+                bytes_by_device={device: nbytes},
+            )
+        return record
+
+
+def _read_columns(
+    T: TorchTypes,
+    names: list[str],
+    tensors: list[Any],
+    types: list[type],
+    ids: list[int],
+    into: dict[str, Any],
+) -> tuple[_Columns, list[str]]:
+    """The full scan's hot path: each plain tensor's facts read column-wise (``map`` over
+    unbound methods and ``attrgetter``s, so the per-tensor loop runs in C). Grad-carrying
+    tensors, Parameters and storages without a data pointer (empty, meta, wrapper devices) go
+    to ``into`` one at a time. Returns the columns and the names to look at in every rescan."""
+    volatile: list[str] = []
+    try:
+        storages = list(map(T.Tensor.untyped_storage, tensors))
+        pointers = list(map(T.UntypedStorage.data_ptr, storages))
+        requires_grad = list(map(_get_requires_grad, tensors))
+        if 0 in pointers or True in requires_grad or T.Parameter in types:
+            plain_type = T.Tensor
+            simple = [
+                p != 0 and not r and t is plain_type
+                for p, r, t in zip(pointers, requires_grad, types)  # noqa: B905
+            ]
+            other = [not flag for flag in simple]
+            volatile = _batch_careful(
+                T, list(compress(names, other)), list(compress(tensors, other)), into
+            )
+            names, tensors = list(compress(names, simple)), list(compress(tensors, simple))
+            storages, pointers = list(compress(storages, simple)), list(compress(pointers, simple))
+            ids = list(compress(ids, simple))
+        columns = _Columns(
+            names,
+            ids,
+            _device_names_of(T, tensors),
+            list(map(_get_dtype, tensors)),
+            list(map(_get_shape, tensors)),
+            pointers,
+            list(map(T.UntypedStorage.nbytes, storages)),
+        )
+    except Exception:  # something unusual among them: every one the careful way
+        volatile = _batch_careful(T, names, tensors, into)
+        columns = _Columns([], [], [], [], [], [], [])
+    return columns, volatile
+
+
+def _batch_careful(
+    T: TorchTypes, names: list[str], tensors: list[Any], into: dict[str, Any]
+) -> list[str]:
+    volatile = []
+    for name, tensor in zip(names, tensors, strict=True):
+        entry = _inspect(T, name, tensor)
+        if entry is None:
+            into.pop(name, None)
+            continue
+        into[name] = entry
+        if _entry_volatile(entry):
+            volatile.append(name)
+    return volatile
+
+
+def _special_note(tensor: Any, tp: type) -> str:
+    """A short note for layouts and subclasses that behave differently from plain tensors."""
+    try:
+        if tp.__name__ == "FunctionalTensor" or "Fake" in tp.__name__:
+            return "fake tensor (no data)"
+        if tp.__name__ == "DTensor":
+            placements = getattr(tensor, "placements", ())
+            return "DTensor local shard; placements " + ", ".join(
+                type(p).__name__ + _placement_dim(p) for p in placements
+            )
+        layout = tensor.layout
+        if str(layout) != "torch.strided":
+            return str(layout).removeprefix("torch.")
+        if getattr(tensor, "is_nested", False) is True:
+            return "nested"
+        if tensor.is_quantized:
+            return "quantized"
+    except Exception:
+        return "unusual tensor"
+    return ""
+
+
+def _placement_dim(placement: Any) -> str:
+    dim = getattr(placement, "dim", None)
+    return f"({dim})" if isinstance(dim, int) else ""
+
+
+def _dtensor_local(tensor: Any) -> Any:
+    local = getattr(tensor, "_local_tensor", None)
+    return local if local is not None else tensor
+
+
+def _tensor_record(
+    T: TorchTypes, tensor: Any, tp: type, name: str, root: str, storages: Storages
+) -> Record:
+    """The careful path: any tensor, whatever its layout, subclass or device."""
+    if objects.is_uninitialized(T, tensor):
+        return Record(
+            name,
+            root,
+            "parameter" if T.Parameter in tp.__mro__ else "tensor",
+            tp.__name__,
+            (),
+            note="uninitialized (lazy module: run a forward pass first)",
+            movable=False,
+            movable_reason="an uninitialized lazy parameter has no data yet",
+        )
+    device = T.device_name(tensor.device)
+    note = _special_note(tensor, tp)
+    measured = _dtensor_local(tensor) if tp.__name__ == "DTensor" else tensor
+    if note == "fake tensor (no data)":
+        needed = objects._unusual_storages(T, measured, device, storages)
+    else:
+        needed = objects.add_storages(T, measured, device, storages)
+    grad_bytes = 0
+    requires_grad = tensor.requires_grad
+    if requires_grad:
+        grad = _grad_facts(T, tensor)
+        if grad is not None:
+            storages[grad.key] = (grad.device, grad.nbytes)
+            grad_bytes = 0 if grad.device == "meta" else grad.nbytes
+    try:
+        shape = tuple(tensor.shape)
+        numel = tensor.numel()
+    except Exception:  # nested tensors have no single shape
+        shape, numel = None, 0
+    actual = 0 if device == "meta" or note == "fake tensor (no data)" else needed
+    return Record(
+        name,
+        root,
+        "parameter" if T.Parameter in tp.__mro__ else "tensor",
+        tp.__name__,
+        (device,),
+        T.dtype_name(tensor.dtype),
+        shape,
+        numel,
+        actual,
+        needed,
+        requires_grad,
+        grad_bytes,
+        {device: actual},
+        note=note,
+        movable=device != "meta",
+        movable_reason="meta tensors hold no data" if device == "meta" else "",
+    )
+
+
+def _bytes_by_device(storages: Mapping[StorageKey, tuple[str, int]]) -> dict[str, int]:
+    by_device: dict[str, int] = {}
+    for device, nbytes in storages.values():
+        by_device[device] = by_device.get(device, 0) + (0 if device == "meta" else nbytes)
+    return by_device
+
+
+# --------------------------------------------------------------------------------------------
+# Modules
+
+
+_params_of = attrgetter("_parameters")
+_buffers_of = attrgetter("_buffers")
+_children_of = attrgetter("_modules")
+
+
+def _module_signature(T: TorchTypes, submodules: list[Any]) -> tuple[Any, ...]:
+    """What changes when a module moves, gains or drops gradients, or swaps a child/parameter.
+
+    Built with ``map``/``chain`` over C-level getters: the hook computes this after every cell.
+    TorchScript and lazy modules take the careful path (their dicts are not plain dicts, lazy
+    parameters have no data pointer)."""
+    try:
+        params = chain.from_iterable(map(dict.values, map(_params_of, submodules)))
+        buffers = chain.from_iterable(map(dict.values, map(_buffers_of, submodules)))
+        tensors = [t for t in chain(params, buffers) if t is not None]
+        children = chain.from_iterable(map(dict.values, map(_children_of, submodules)))
+        return (
+            tuple(map(id, children)),
+            tuple(map(id, tensors)),
+            tuple(map(_data_ptr, tensors)),
+            tuple(map(id, map(_get_grad, tensors))),
+        )
+    except Exception:
+        parts = objects.module_parts(T, submodules[0])
+        tensors = parts.params + parts.buffers
+        return (
+            tuple(map(id, parts.submodules)),
+            tuple(map(id, tensors)),
+            tuple(map(_data_ptr, tensors)),
+            tuple(map(id, map(_get_grad, tensors))),
+            tuple(parts.uninitialized),
+        )
+
+
+def _live_submodules(refs: list[Any]) -> list[Any] | None:
+    submodules = list(map(weakref.ref.__call__, refs))
+    return None if None in submodules else submodules
+
+
+def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None) -> _Entry:
+    parts = objects.module_parts(T, module)
+    submodules, params, buffers = parts.submodules, parts.params, parts.buffers
+    # per-record bytes count each storage once (tied weights, parameters sharing a storage)
+    param_storages: Storages = {}
+    buffer_storages: Storages = {}
+    param_devices = _device_names_of(T, params)
+    buffer_devices = _device_names_of(T, buffers)
+    _read_storages(T, params, param_devices, param_storages)
+    _read_storages(T, buffers, buffer_devices, buffer_storages)
+    for (_, tensor), key in zip(parts.extra, parts.extra_keys, strict=True):
+        device = T.device_name(tensor.device)
+        param_devices.append(device)
+        if key is None:
+            objects.add_storages(T, tensor, device, param_storages)
+        else:  # packed weights: unpacked on request, keyed by their packed holder
+            packed_key = (device, *key)
+            param_storages[packed_key] = (device, tensor.untyped_storage().nbytes())
+    for key in param_storages:
+        buffer_storages.pop(key, None)
+    param_bytes = _bytes_by_device(param_storages)
+    buffer_bytes = _bytes_by_device(buffer_storages)
+    storages = {**param_storages, **buffer_storages}
+    grads = [g for g in map(_get_grad, params) if g is not None]
+    grad_storages: Storages = {}
+    _read_storages(T, grads, _device_names_of(T, grads), grad_storages)
+    grad_bytes = _bytes_by_device(grad_storages)
+    storages.update(grad_storages)
+    param_count = sum(map(T.Tensor.numel, params)) + sum(t.numel() for _, t in parts.extra)
+    device_set = set(param_devices) | set(buffer_devices)
+    notes: list[str] = []
+    movable, movable_reason = True, ""
+    dispatch = None
+    if _may_be_dispatched(submodules):
+        dispatch = objects.accelerate_dispatch(T, name, submodules)
+    if dispatch is not None:
+        offloaded: Storages = {}
+        for _, tensor in dispatch.weights:
+            device = T.device_name(tensor.device)
+            objects.add_storages(T, tensor, device, offloaded)
+        for key in storages:
+            offloaded.pop(key, None)
+        storages.update(offloaded)
+        for device, nbytes in _bytes_by_device(offloaded).items():
+            device_set.add(device)
+            param_bytes[device] = param_bytes.get(device, 0) + nbytes
+        offloaded_bytes = sum(_bytes_by_device(offloaded).values())
+        note = f"accelerate: {len(dispatch.weights)} weights held by its hooks"
+        note += f" ({format_bytes(offloaded_bytes)})"
+        if dispatch.on_disk:
+            note += f", {dispatch.on_disk} on disk (not counted)"
+        notes.append(note)
+        movable, movable_reason = False, dispatch.reason
+    meta_params = "meta" in param_devices
+    devices = tuple(sorted(device_set, key=device_sort_key))
+    if dispatch is not None:
+        devices = tuple(d for d in devices if d != "meta") or devices
+    mixed = len(devices) > 1 and dispatch is None
+    if mixed:
+        notes.insert(0, f"spans {', '.join(devices)}")
+    if meta_params and dispatch is None:
+        notes.append("meta parameters (no data)")
+        movable, movable_reason = False, "meta parameters hold no data: use to_empty()"
+    if parts.uninitialized:
+        shown = ", ".join(parts.uninitialized[:3]) + ("..." if len(parts.uninitialized) > 3 else "")
+        notes.append(f"uninitialized lazy parameters: {shown}")
+    by_device = _bytes_by_device(storages)
+    dtypes = set(map(_get_dtype, chain(params, buffers)))
+    record = Record(
+        name,
+        root or name,
+        "module",
+        type(module).__name__,
+        devices,
+        T.dtype_name(dtypes.pop()) if len(dtypes) == 1 else ("mixed" if dtypes else None),
+        None,
+        param_count,
+        sum(by_device.values()),
+        sum(nbytes for _, nbytes in storages.values()),
+        False,
+        sum(grad_bytes.values()),
+        by_device,
+        mixed=mixed,
+        note="; ".join(notes),
+        movable=movable,
+        movable_reason=movable_reason,
+        param_count=param_count,
+        param_bytes=param_bytes,
+        buffer_bytes=buffer_bytes,
+        grad_bytes_by_device=grad_bytes,
+    )
+    signature = _module_signature(T, submodules)
+    refs = [weakref.ref(sub) for sub in submodules]
+    entry = _Entry(id(module), [record], storages, signature, refs, True, Kind.MODULE)
+    entry.tensor_ids = tuple(map(id, chain(params, buffers)))
+    return entry
+
+
+_dict_of = attrgetter("__dict__")
+
+
+def _may_be_dispatched(submodules: list[Any]) -> bool:
+    """Whether accelerate put hooks or a device map on any submodule (instance dicts only)."""
+    dicts = list(map(_dict_of, submodules))
+    return any(map(dict.__contains__, dicts, repeat("_hf_hook"))) or any(
+        map(dict.__contains__, dicts, repeat("hf_device_map"))
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Optimizers
+
+
+def _optimizer_signature(T: TorchTypes, optimizer: Any) -> tuple[Any, ...]:
+    """Changes when state appears, is replaced (load_state_dict, or a tensor swapped inside a
+    parameter's state), when list state grows (LBFGS history), or when the parameters move."""
+    state = optimizer.state
+    params = objects.optimizer_params(optimizer)
+    values = list(chain.from_iterable(map(dict.values, state.values())))
+    lists = (
+        tuple(len(v) for v in values if type(v) is list) if list in set(map(type, values)) else ()
+    )
+    return (
+        id(state),
+        len(state),
+        tuple(map(id, state.values())),
+        tuple(map(id, values)),
+        lists,
+        tuple(map(T.Tensor.data_ptr, params)),
+    )
+
+
+def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None = None) -> _Entry:
+    storages: Storages = {}
+    tensor_type = T.Tensor
+    params = [p for p in objects.optimizer_params(optimizer) if isinstance(p, tensor_type)]
+    param_device = dict(zip(map(id, params), _device_names_of(T, params), strict=True))
+    state = optimizer.state
+    per_param = [value for value in state.values() if isinstance(value, dict)]
+    values = list(chain.from_iterable(map(dict.values, per_param)))
+    if {list, tuple, dict}.isdisjoint(set(map(type, values))):
+        # the common case (SGD, Adam...): one tensor or number per state key, column-wise
+        owner_ids = list(
+            chain.from_iterable(
+                repeat(id(param), len(value))
+                for param, value in state.items()
+                if isinstance(value, dict)
+            )
+        )
+        is_tensor = list(map(isinstance, values, repeat(tensor_type)))
+        state_tensors = list(compress(values, is_tensor))
+        owners = list(compress(owner_ids, is_tensor))
+    else:  # LBFGS and friends keep lists of tensors in their state
+        found = objects.optimizer_state_tensors(T, optimizer)
+        state_tensors = [tensor for _, _, tensor in found]
+        owners = [id(param) for param, _, _ in found]
+    devices = _device_names_of(T, state_tensors)
+    _read_storages(T, state_tensors, devices, storages)
+    state_bytes = _bytes_by_device(storages)
+    # torch keeps 0-dim ``step`` counters on the CPU on purpose: only real state counts, for
+    # the mismatch check and for the devices the row shows (column-wise: Adam has 3 per param)
+    real = list(map(T.Tensor.dim, state_tensors))
+    real_state_devices = list(compress(devices, real))
+    real_devices = set(real_state_devices)
+    owner_devices = map(param_device.get, compress(owners, real), real_state_devices)
+    misplaced = sum(map(ne, real_state_devices, owner_devices))
+    by_device = _bytes_by_device(storages)
+    devices_present = tuple(sorted(real_devices or state_bytes, key=device_sort_key))
+    parameter_devices = tuple(sorted(set(param_device.values()), key=device_sort_key))
+    note = ""
+    if misplaced:
+        note = (
+            f"state on {', '.join(devices_present)} but parameters on "
+            f"{', '.join(parameter_devices)}"
+        )
+    record = Record(
+        name,
+        root or name,
+        "optimizer",
+        type(optimizer).__name__,
+        devices_present,
+        None,
+        None,
+        len(state),
+        sum(by_device.values()),
+        sum(nbytes for _, nbytes in storages.values()),
+        bytes_by_device=by_device,
+        mixed=bool(misplaced),
+        note=note,
+        state_bytes=state_bytes,
+        param_devices=parameter_devices,
+    )
+    entry = _Entry(
+        id(optimizer),
+        [record],
+        storages,
+        _optimizer_signature(T, optimizer),
+        weakref.ref(optimizer),
+        True,
+        Kind.OPTIMIZER,
+    )
+    entry.tensor_ids = tuple(map(id, params))
+    return entry
+
+
+# --------------------------------------------------------------------------------------------
+# Containers and objects holding tensors (walked by objects.walk)
+
+
+def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
+    if kind in objects.CONTAINERS and objects.size(value, kind) > AGGREGATE_ABOVE:
+        # one C-level pass over the children's types decides the big containers
+        types = objects.child_types(value, kind)
+        if types is not None and objects.holds_nothing(T, types):
+            return _watch_entry(T, value, ((-1, None, kind),))
+        if types is not None and {T.Tensor, T.Parameter}.issuperset(types):
+            tensors = objects.tensor_children(T, value, kind)
+            if tensors is not None and len(tensors) <= CONTAINER_ELEMENT_CAP:
+                return _tensor_list_entry(T, value, name, kind, tensors)
+    walked = objects.walk(T, value, name, kind=kind)
+    structure = objects.structure(walked)
+    leaves = walked.leaves
+    if not leaves:
+        # nothing of ours (yet): watched by its structure, so an append shows up next time.
+        # A plain object is watched by its own attributes only (added, removed, rebound):
+        # thousands of config/record objects must cost next to nothing on rescans.
+        if kind in objects.ATTRIBUTE_KINDS:
+            structure = structure[:1]
+        return _watch_entry(T, value, structure)
+    storages: Storages = {}
+    aggregate = len(leaves) > AGGREGATE_ABOVE or walked.truncated
+    records: list[Record] = []
+    record_keys: list[Iterable[StorageKey]] = []
+    reached: list[int] = []
+    summary = _ContainerSummary()
+    volatile = False  # grad-carrying tensors inside: looked at again on every recheck
+    # modules and optimizers inside: (kind, weak reference(s), signature), checked cheaply
+    held: list[tuple[str, Any, tuple[Any, ...]]] = []
+    for leaf in leaves:
+        path, item, item_kind = leaf.path, leaf.value, leaf.kind
+        item_type = type(item)
+        facts = None
+        if item_type is T.Tensor or item_type is T.Parameter:
+            reached.append(id(item))
+            facts = _plain_tensor_facts(T, item, item_type)
+        if facts is not None:
+            own = _facts_storages(facts)
+            volatile = volatile or facts.requires_grad
+            if aggregate:
+                summary.add_facts(T, facts)
+                storages.update(own)
+                continue
+            record = _facts_record(T, path, facts, root=name)
+        elif item_kind == Kind.MODULE or item_kind == Kind.OPTIMIZER:
+            try:
+                if item_kind == Kind.MODULE:
+                    sub_entry = _module_entry(T, item, path, root=name)
+                    reached.extend(sub_entry.tensor_ids)
+                else:
+                    sub_entry = _optimizer_entry(T, item, path, root=name)
+                record, own = sub_entry.records[0], sub_entry.storages
+                held.append((item_kind, sub_entry.ref, sub_entry.signature))
+            except Exception as error:
+                record, own = _unreadable(path, item, error, root=name), {}
+                volatile = True
+        else:
+            reached.append(id(item))
+            own = {}
+            try:
+                record = _tensor_record(T, item, item_type, path, name, own)
+            except Exception as error:
+                record = _unreadable(path, item, error, root=name)
+            volatile = volatile or record.requires_grad
+        storages.update(own)
+        if aggregate:
+            summary.add_record(record)
+        else:
+            records.append(record)
+            record_keys.append(tuple(own))
+    if aggregate:
+        entry = _Entry(id(value), [summary.record(value, name, storages, walked)], storages)
+    else:
+        entry = _Entry(id(value), records, storages)
+        entry.record_keys = record_keys
+    entry.kind = "composite"
+    entry.volatile = volatile or bool(held)
+    entry.ref = None if volatile else held
+    entry.structure = structure
+    entry.signature = objects.signature(T, value, structure)
+    entry.tensor_ids = tuple(reached)
+    return entry
+
+
+def _watch_entry(T: TorchTypes, value: Any, structure: objects.Spec) -> _Entry:
+    """A composite holding nothing of ours (yet): no records, watched by its structure."""
+    entry = _Entry(id(value), [], {}, objects.signature(T, value, structure), kind="watch")
+    entry.structure = structure
+    return entry
+
+
+def _tensor_list_entry(
+    T: TorchTypes, value: Any, name: str, kind: str, tensors: list[Any]
+) -> _Entry:
+    """A big container of plain tensors: one aggregated record, its facts read column-wise."""
+    storages: Storages = {}
+    devices = _device_names_of(T, tensors)
+    _read_storages(T, tensors, devices, storages)
+    requires_grad = list(map(_get_requires_grad, tensors))
+    grad_bytes = 0
+    if True in requires_grad:
+        for tensor in compress(tensors, requires_grad):
+            grad = _grad_facts(T, tensor)
+            if grad is not None:
+                storages[grad.key] = (grad.device, grad.nbytes)
+                grad_bytes += 0 if grad.device == "meta" else grad.nbytes
+    by_device = _bytes_by_device(storages)
+    device_names = tuple(sorted(by_device, key=device_sort_key))
+    types = {tp.__name__ for tp in set(map(type, tensors))}
+    element_type = types.pop() if len(types) == 1 else "mixed"
+    dtypes = set(map(_get_dtype, tensors))
+    movable = "meta" not in by_device
+    record = Record(
+        name,
+        name,
+        "container",
+        f"{type(value).__name__}[{element_type}]",
+        device_names,
+        T.dtype_name(dtypes.pop()) if len(dtypes) == 1 else "mixed",
+        None,
+        sum(map(T.Tensor.numel, tensors)),
+        sum(by_device.values()),
+        sum(nbytes for _, nbytes in storages.values()),
+        True in requires_grad,
+        grad_bytes,
+        by_device,
+        mixed=len(device_names) > 1,
+        note=f"{len(tensors):,} {element_type} objects",
+        movable=movable,
+        movable_reason="" if movable else "holds meta tensors (no data)",
+        element_count=len(tensors),
+    )
+    entry = _Entry(id(value), [record], storages, kind="composite")
+    entry.volatile = True in requires_grad
+    entry.structure = ((-1, None, kind),)
+    entry.signature = objects.signature(T, value, entry.structure)
+    entry.tensor_ids = tuple(map(id, tensors))
+    return entry
+
+
+class _ContainerSummary:
+    """What one aggregated record says about the thousands of objects in a container."""
+
+    __slots__ = ("count", "types", "dtypes", "numel", "requires_grad", "grad_bytes", "movable")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.types: set[str] = set()
+        self.dtypes: set[str] = set()
+        self.numel = 0
+        self.requires_grad = False
+        self.grad_bytes = 0
+        self.movable = True
+
+    def add_facts(self, T: TorchTypes, facts: _TensorFacts) -> None:
+        self.count += 1
+        self.types.add(facts.type.__name__)
+        self.dtypes.add(T.dtype_name(facts.dtype))
+        self.numel += facts.shape.numel()
+        if facts.requires_grad:
+            self.requires_grad = True
+            if facts.grad is not None:
+                self.grad_bytes += facts.grad.nbytes
+        self.movable = self.movable and facts.device != "meta"
+
+    def add_record(self, record: Record) -> None:
+        self.count += 1
+        self.types.add(record.type)
+        self.dtypes.add(record.dtype or "?")
+        self.numel += record.numel
+        self.requires_grad = self.requires_grad or record.requires_grad
+        self.grad_bytes += record.grad_bytes
+        self.movable = self.movable and record.movable
+
+    def record(self, value: Any, name: str, storages: Storages, walked: objects.Walk) -> Record:
+        by_device = _bytes_by_device(storages)
+        devices = tuple(sorted(by_device, key=device_sort_key))
+        element_type = next(iter(self.types)) if len(self.types) == 1 else "mixed"
+        note = f"{self.count:,} {element_type} objects"
+        if walked.truncated:
+            note += f"; stopped after {walked.cap:,} elements, the rest is not counted"
+        return Record(
+            name,
+            name,
+            "container",
+            f"{type(value).__name__}[{element_type}]",
+            devices,
+            next(iter(self.dtypes)) if len(self.dtypes) == 1 else "mixed",
+            None,
+            self.numel,
+            sum(by_device.values()),
+            sum(nbytes for _, nbytes in storages.values()),
+            self.requires_grad,
+            self.grad_bytes,
+            by_device,
+            mixed=len(devices) > 1,
+            note=note,
+            movable=self.movable,
+            movable_reason="" if self.movable else "holds meta tensors (no data)",
+            element_count=self.count,
+            truncated=walked.truncated,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# One name
+
+
+def _unreadable(name: str, value: Any, error: BaseException, root: str | None = None) -> Record:
+    return Record(
+        name,
+        root or name,
+        "unreadable",
+        _safe_type_name(value),
+        (),
+        note=f"could not inspect: {type(error).__name__}",
+        movable=False,
+        movable_reason="could not be inspected",
+    )
+
+
+def _inspect(T: TorchTypes, name: str, value: Any) -> _Entry | _TensorFacts | None:
+    """One top-level name -> its entry (None: nothing of ours). Never raises."""
+    try:
+        tp = type(value)
+        if tp is T.Tensor or tp is T.Parameter:
+            facts = _plain_tensor_facts(T, value, tp)
+            if facts is not None:
+                return facts
+        kind = objects.kind_of(T, value)
+        if kind == Kind.TENSOR or kind == Kind.PARAMETER:
+            storages: Storages = {}
+            record = _tensor_record(T, value, tp, name, name, storages)
+            # A Parameter can't be weakly referenced (swap-based Module._apply refuses such
+            # tensors) and a tensor's grad can appear in any cell: re-check both next time.
+            volatile = record.requires_grad or kind == Kind.PARAMETER
+            return _Entry(id(value), [record], storages, None, None, volatile)
+        if kind == Kind.MODULE:
+            return _module_entry(T, value, name)
+        if kind == Kind.OPTIMIZER:
+            return _optimizer_entry(T, value, name)
+        if kind in objects.COMPOSITES:
+            return _composite_entry(T, value, name, kind)
+    except Exception as error:  # a hostile or broken object: say so, don't fail the scan
+        return _Entry(id(value), [_unreadable(name, value, error)], {})
+    return None
+
+
+def _safe_type_name(value: Any) -> str:
+    try:
+        return type(value).__name__
+    except Exception:
+        return "?"
+
+
+def _still_same(T: TorchTypes, entry: _Entry | _TensorFacts, value: Any) -> bool:
+    """Whether a name that still holds the same object id still has the same facts."""
+    if not isinstance(entry, _Entry):
+        return False  # a grad-carrying tensor or a Parameter: cheap enough to look again
+    try:
+        kind = entry.kind
+        if kind == Kind.MODULE:
+            submodules = _live_submodules(entry.ref)
+            return submodules is not None and _module_signature(T, submodules) == entry.signature
+        if kind == Kind.OPTIMIZER:
+            return entry.ref() is value and _optimizer_signature(T, value) == entry.signature
+        if entry.structure is not None:
+            # a container or object: the same shape, and the modules/optimizers it holds
+            # unchanged (grad-carrying tensors inside: always looked at again)
+            if entry.volatile and entry.ref is None:
+                return False
+            if objects.signature(T, value, entry.structure) != entry.signature:
+                return False
+            for held_kind, ref, signature in entry.ref or ():
+                if held_kind == Kind.MODULE:
+                    submodules = _live_submodules(ref)
+                    if submodules is None or _module_signature(T, submodules) != signature:
+                        return False
+                else:
+                    optimizer = ref()
+                    if optimizer is None or _optimizer_signature(T, optimizer) != signature:
+                        return False
+            return True
+    except Exception:
+        return False
+    return False  # tensors with requires_grad / Parameters / composites holding modules
+
+
+# --------------------------------------------------------------------------------------------
+# The scanner
+
+
+class _State(NamedTuple):
+    """What the next incremental scan compares against (never changed once built)."""
+
+    keys: list[str]
+    ids: list[int]
+    #: name -> _Entry or _TensorFacts, for every name not (or no longer) in ``columns``
+    entries: dict[str, Any]
+    volatile: frozenset[str]
+    #: composites whose structure is compared on each rescan (recheck=True)
+    watched: frozenset[str]
+    #: the plain tensors of the last full scan, and those of their names rebound since
+    columns: _Columns | None = None
+    dropped: frozenset[str] = frozenset()
+
+
+_NO_COLUMNS = _Columns([], [], [], [], [], [], [])
+
+
+class Scanner:
+    """Per-session incremental scan state: what it saw (names, ids, entries, the plain tensors'
+    columns), which names to look at again (modules, optimizers, grad-carrying tensors, watched
+    containers and objects) and the records already built. ``scan()`` returns an immutable
+    :class:`Inventory`, which carries the state the next scan starts from.
+
+    The session owns one; the public :func:`scan` makes a throwaway one from ``previous``."""
+
+    def __init__(self, previous: Inventory | None = None) -> None:
+        self.last: Inventory | None = previous
+
+    def forget(self) -> None:
+        self.last = None
+
+    def scan(
+        self,
+        namespace: Mapping[str, Any],
+        *,
+        include_hidden: bool = False,
+        changed: Iterable[str] = (),
+        recheck: bool = True,
+        full: bool = False,
+    ) -> Inventory:
+        """Scan ``namespace``; incremental from the last scan unless ``full``.
+
+        ``recheck=False``: the caller knows nothing could have reached a module, an optimizer or
+        a container since the last scan (the hook decides this from the names a cell
+        mentions), so their signatures are not computed again; rebound and ``changed`` names
+        still are.
+
+        Only names bound to a different object since then, names in ``changed`` (the hook
+        passes the names a cell assigned, which catches a freed object's id reused by a new
+        one), and modules / optimizers / grad-carrying tensors / containers and objects whose
+        cheap signature moved are inspected again; the rest is reused as it was.
+        """
+        previous = None if full else self.last
+        T = TorchTypes.current()
+        if T is None:
+            inventory = Inventory.empty(include_hidden=include_hidden)
+            self.last = inventory
+            return inventory
+        try:
+            inventory = self._scan(T, namespace, previous, include_hidden, changed, recheck)
+        finally:
+            T.forget_types()  # hold no user class (nor what its attributes hold) between scans
+        self.last = inventory
+        return inventory
+
+    def _scan(
+        self,
+        T: TorchTypes,
+        namespace: Mapping[str, Any],
+        previous: Inventory | None,
+        include_hidden: bool,
+        changed: Iterable[str],
+        recheck: bool,
+    ) -> Inventory:
+        try:
+            if type(namespace) is dict:  # values() follows keys() order in a plain dict
+                keys, values = list(namespace), list(namespace.values())
+            else:
+                keys = list(namespace)
+                values = list(map(namespace.__getitem__, keys))
+        except Exception:  # a Mapping that changed while we read it: take a snapshot
+            snapshot = dict(namespace.items())
+            keys, values, namespace = list(snapshot), list(snapshot.values()), snapshot
+        ids = list(map(id, values))
+        state = previous._state if previous is not None else None
+        if state is not None and state.keys and len(state.ids) == len(state.keys):
+            new_state = _rescan(T, namespace, keys, ids, state, changed, recheck)
+        else:
+            new_state = _full_scan(T, keys, ids, values)
+        hidden = _hidden_entries(T, namespace, new_state) if include_hidden else {}
+        inventory = Inventory._from_state(
+            new_state,
+            include_hidden=include_hidden,
+            hidden=hidden,
+            torch=T,
+            record_cache=previous._record_cache if previous is not None else None,
+        )
+        if previous is not None and state is not None:
+            before, after = state.entries, new_state.entries
+            if new_state.volatile == state.volatile and all(
+                before.get(n) is after.get(n) for n in new_state.volatile
+            ):
+                # no module, optimizer or grad-carrying object changed since the previous scan
+                inventory.objects_changed = False
+                inventory._owned_keys = previous._owned_keys
+        return inventory
+
+
+def scan(
+    namespace: Mapping[str, Any],
+    *,
+    include_hidden: bool = False,
+    previous: Inventory | None = None,
+    changed: Iterable[str] = (),
+    recheck: bool = True,
+) -> Inventory:
+    """Inventory of the tensors, modules, optimizers, and containers and objects holding them,
+    in ``namespace``. ``previous``: the last Inventory of the same namespace (incremental; see
+    :meth:`Scanner.scan`)."""
+    return Scanner(previous).scan(
+        namespace, include_hidden=include_hidden, changed=changed, recheck=recheck
+    )
+
+
+def _full_scan(T: TorchTypes, keys: list[str], ids: list[int], values: list[Any]) -> _State:
+    types = list(map(type, values))
+    # Plain tensors and Parameters, most of a namespace, are picked out column-wise.
+    plain = list(map({T.Tensor, T.Parameter}.__contains__, types))
+    plain_names = list(compress(keys, plain))
+    plain_tensors = list(compress(values, plain))
+    plain_types = list(compress(types, plain))
+    plain_ids = list(compress(ids, plain))
+    if not IPYTHON_NAMES.isdisjoint(plain_names) or any(
+        map(str.startswith, plain_names, repeat("_"))
+    ):  # `_`, `_12`... can hold a tensor
+        keep = [not is_ipython_bookkeeping(name) for name in plain_names]
+        plain_names = list(compress(plain_names, keep))
+        plain_tensors = list(compress(plain_tensors, keep))
+        plain_types = list(compress(plain_types, keep))
+        plain_ids = list(compress(plain_ids, keep))
+    entries: dict[str, Any] = {}
+    volatile: set[str] = set()
+    watched: set[str] = set()
+    if len(plain_names) < len(keys):
+        known = T.kinds
+        for name, value, is_plain, tp in zip(keys, values, plain, types, strict=True):
+            if is_plain or known.get(tp) == Kind.NONE or is_ipython_bookkeeping(name):
+                continue  # objects without tensors cost a dict lookup
+            _store(T, name, _inspect(T, name, value), entries, volatile, watched)
+    columns, careful_volatile = _read_columns(
+        T, plain_names, plain_tensors, plain_types, plain_ids, entries
+    )
+    volatile.update(careful_volatile)
+    return _State(keys, ids, entries, frozenset(volatile), frozenset(watched), columns)
+
+
+def _store(
+    T: TorchTypes,
+    name: str,
+    entry: Any,
+    entries: dict[str, Any],
+    volatile: set[str],
+    watched: set[str],
+) -> None:
+    if entry is None:
+        entries.pop(name, None)
+        volatile.discard(name)
+        watched.discard(name)
+        return
+    entries[name] = entry
+    if _entry_volatile(entry):
+        volatile.add(name)
+    else:
+        volatile.discard(name)
+    if type(entry) is _Entry and entry.structure is not None and not entry.volatile:
+        watched.add(name)
+    else:
+        watched.discard(name)
+
+
+def _rescan(
+    T: TorchTypes,
+    namespace: Mapping[str, Any],
+    keys: list[str],
+    ids: list[int],
+    state: _State,
+    changed: Iterable[str],
+    recheck: bool = True,
+) -> _State:
+    entries = dict(state.entries)
+    volatile = set(state.volatile)
+    watched = set(state.watched)
+    columns = state.columns or _NO_COLUMNS
+    dropped = state.dropped
+    known = len(state.keys)
+    gone: list[str] = []
+    if keys[:known] == state.keys:
+        # the usual cell: same names, some rebound, perhaps a few new ones at the end
+        stale = list(compress(keys, map(ne, ids, state.ids)))
+        stale += keys[known:]
+    else:
+        current = dict(zip(keys, ids, strict=True))
+        before = dict(zip(state.keys, state.ids, strict=True))
+        stale = [name for name in keys if before.get(name) != current[name]]
+        gone = list(before.keys() - current.keys())
+        for name in gone:
+            entries.pop(name, None)
+            volatile.discard(name)
+            watched.discard(name)
+    # Names the cell mentions: look again at plain tensors and containers among them (a freed
+    # object's id may now belong to a new one). Modules and optimizers need not: their
+    # signatures and weak references catch a replacement.
+    position = columns.position() if len(columns) else {}
+    forced = [
+        n for n in changed if (n in entries and not _entry_volatile(entries[n])) or (n in position)
+    ]
+    stale = list(dict.fromkeys(chain(stale, forced)))
+    stale_set = set(stale)
+    if recheck:
+        for name in chain(list(volatile), list(watched)):
+            if name not in stale_set and not _still_same(T, entries[name], namespace.get(name)):
+                stale.append(name)
+                stale_set.add(name)
+    # a rebound or deleted name no longer means its column
+    leaving = [name for name in chain(stale, gone) if name in position and name not in dropped]
+    if leaving:
+        dropped = dropped | frozenset(leaving)
+    for name in stale:
+        if is_ipython_bookkeeping(name):
+            continue
+        _store(T, name, _inspect(T, name, namespace.get(name)), entries, volatile, watched)
+    return _State(
+        keys, ids, entries, frozenset(volatile), frozenset(watched), state.columns, dropped
+    )
+
+
+def _hidden_entries(
+    T: TorchTypes, namespace: Mapping[str, Any], state: _State
+) -> dict[str, _Entry]:
+    """Objects kept alive only by IPython's output history (``Out[12]``, ``_``)."""
+    visible_keys: set[StorageKey] = set()
+    for entry in state.entries.values():
+        visible_keys.update(_entry_storages(entry))
+    columns = state.columns
+    if columns is not None:
+        dropped = state.dropped
+        visible_keys.update(
+            key
+            for name, key in zip(columns.names, columns.keys(), strict=True)
+            if name not in dropped
+        )
+    found: dict[str, _Entry] = {}
+    seen_ids: set[int] = set()
+    candidates: list[tuple[str, Any]] = []
+    out = namespace.get("Out")
+    if isinstance(out, dict):
+        candidates.extend((f"Out[{key!r}]", value) for key, value in list(dict.items(out)))
+    for alias in ("_", "__", "___"):
+        if alias in namespace:
+            candidates.append((alias, namespace[alias]))
+    for label, value in candidates:
+        if id(value) in seen_ids:
+            continue  # `_` is usually the same object as the last Out entry
+        seen_ids.add(id(value))
+        entry = _inspect(T, label, value)
+        if type(entry) is _TensorFacts:
+            entry = _Entry(entry.id, [_facts_record(T, label, entry)], _facts_storages(entry))
+        if entry is None or not entry.storages:
+            continue
+        if set(entry.storages) <= visible_keys:
+            continue  # also reachable from a visible name: not hidden
+        hidden = _Entry(entry.object_id, [], entry.storages)
+        hidden.records = [
+            dataclasses.replace(
+                record,
+                hidden=True,
+                movable=False,
+                movable_reason="held only by the output history",
+                note=(record.note + "; " if record.note else "") + "held by output history",
+            )
+            for record in entry.records
+        ]
+        hidden.record_keys = entry.record_keys
+        found[label] = hidden
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# The result
+
+
+class Inventory:
+    """The result of a scan: records, per-device totals, renderings. Immutable: what it
+    computes on demand (records, totals) is cached, never changed."""
+
+    def __init__(
+        self,
+        entries: dict[str, Any],
+        keys: list[str],
+        ids: list[int],
+        volatile: set[str] | frozenset[str],
+        *,
+        torch_imported: bool,
+        include_hidden: bool = False,
+        hidden: dict[str, _Entry] | None = None,
+        torch: TorchTypes | None = None,
+        record_cache: dict[str, tuple[Any, list[Record]]] | None = None,
+        watched: set[str] | frozenset[str] = frozenset(),
+        columns: _Columns | None = None,
+        dropped: frozenset[str] = frozenset(),
+    ) -> None:
+        self._torch = torch
+        # what the next incremental scan compares against
+        self._state = _State(
+            keys, ids, entries, frozenset(volatile), frozenset(watched), columns, dropped
+        )
+        self._entries = entries
+        self._volatile = self._state.volatile
+        # name -> (entry, records): records of entries the next scan reuses are reused too
+        self._record_cache: dict[str, tuple[Any, list[Record]]] = record_cache or {}
+        self._hidden = hidden or {}
+        self.torch_imported = torch_imported
+        self.include_hidden = include_hidden
+        self._records: list[Record] | None = None
+        self._built: list[tuple[Any, list[Record]]] | None = None
+        self._totals: dict[str, int] | None = None
+        self._storages: Storages | None = None
+        self._owned_keys: set[StorageKey] | None = None
+        #: False when a rescan found every module and optimizer as it was before
+        self.objects_changed = True
+
+    @classmethod
+    def _from_state(cls, state: _State, **options: Any) -> Inventory:
+        return cls(
+            state.entries,
+            state.keys,
+            state.ids,
+            state.volatile,
+            torch_imported=True,
+            watched=state.watched,
+            columns=state.columns,
+            dropped=state.dropped,
+            **options,
+        )
+
+    @classmethod
+    def empty(cls, include_hidden: bool = False) -> Inventory:
+        """What a namespace without torch gives."""
+        return cls({}, [], [], set(), torch_imported=False, include_hidden=include_hidden)
+
+    # -- the plain tensors' columns ------------------------------------------------------------
+    def _live_columns(self) -> tuple[_Columns, list[int] | None]:
+        """The columns and the indexes still meant (None: all of them)."""
+        columns = self._state.columns
+        if columns is None or not len(columns):
+            return _NO_COLUMNS, None
+        dropped = self._state.dropped
+        if not dropped:
+            return columns, None
+        position = columns.position()
+        gone = {position[name] for name in dropped if name in position}
+        return columns, [i for i in range(len(columns)) if i not in gone]
+
+    def _column_keys(self) -> list[StorageKey]:
+        columns, live = self._live_columns()
+        keys = columns.keys()
+        return keys if live is None else [keys[i] for i in live]
+
+    def _column_of(self, name: str) -> int | None:
+        columns = self._state.columns
+        if columns is None or not len(columns) or name in self._state.dropped:
+            return None
+        return columns.position().get(name)
+
+    # -- records -----------------------------------------------------------------------------
+    @property
+    def records(self) -> list[Record]:
+        if self._records is None:
+            self._records = self._with_sharing()
+        return self._records
+
+    def _records_by_entry(self) -> list[tuple[Any, list[Record]]]:
+        """(entry, its records) in the namespace's order, then hidden entries; tensor records
+        are built here (an entry that is an int is an index into the columns)."""
+        if self._built is None:
+            T = self._torch
+            if T is None:  # torch not imported: nothing to list
+                self._built = []
+                return self._built
+            built: list[tuple[Any, list[Record]]] = []
+            cache = self._record_cache
+            fresh_cache: dict[str, tuple[Any, list[Record]]] = {}
+            entries = self._entries
+            columns = self._state.columns or _NO_COLUMNS
+            position = columns.position() if len(columns) else {}
+            dropped = self._state.dropped
+            for name in self._state.keys:
+                entry = entries.get(name)
+                if entry is None:
+                    index = position.get(name)
+                    if index is not None and name not in dropped:
+                        built.append((index, [columns.record(T, index)]))
+                    continue
+                if type(entry) is _TensorFacts:
+                    cached = cache.get(name)
+                    if cached is not None and cached[0] is entry:
+                        pair = cached
+                    else:
+                        pair = (entry, [_facts_record(T, name, entry)])
+                    fresh_cache[name] = pair
+                elif not entry.records:
+                    continue
+                else:
+                    pair = (entry, entry.records)
+                built.append(pair)
+            built += [(entry, entry.records) for entry in self._hidden.values()]
+            self._built = built
+            self._record_cache = fresh_cache
+        return self._built
+
+    def _storages_of(self, entry: Any) -> Mapping[StorageKey, tuple[str, int]] | tuple[Any, ...]:
+        if type(entry) is int:
+            return ((self._state.columns or _NO_COLUMNS).key(entry),)
+        return _entry_storages(entry)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self.records)
+
+    def __getitem__(self, name: str) -> Record:
+        for record in self.records:
+            if record.name == name:
+                return record
+        raise KeyError(name)
+
+    def names(self) -> list[str]:
+        """The top-level names that hold something this inventory lists (not hidden ones)."""
+        entries = self._entries
+        found = []
+        for name in self._state.keys:
+            entry = entries.get(name)
+            if entry is None:
+                if self._column_of(name) is not None:
+                    found.append(name)
+            elif type(entry) is _TensorFacts or entry.records:
+                found.append(name)
+        return found
+
+    def roots(self) -> MappingProxyType[str, list[Record]]:
+        by_root: dict[str, list[Record]] = {}
+        for record in self.records:
+            if not record.hidden:
+                by_root.setdefault(record.root, []).append(record)
+        return MappingProxyType(by_root)
+
+    def _with_sharing(self) -> list[Record]:
+        """Records with ``shares_with``: names whose storages overlap (aliases, views, tied
+        weights). Counted over every storage key at once (C-level), so only the few entries
+        that really share a storage get new (replaced) records."""
+        built = self._records_by_entry()
+        records = [r for _, records in built for r in records]
+        counts = Counter(self._column_keys())
+        counts.update(
+            chain.from_iterable(_entry_storages(e) for e, _ in built if type(e) is not int)
+        )
+        shared_keys = {key for key, count in counts.items() if count > 1}
+        if not shared_keys:
+            return records
+        owners: dict[StorageKey, list[str]] = {}
+        for entry, entry_records in built:
+            storage_keys = self._storages_of(entry)
+            if shared_keys.isdisjoint(storage_keys):
+                continue
+            if type(entry) is int or type(entry) is _TensorFacts:
+                pairs: Iterable[Any] = zip(entry_records, [storage_keys], strict=True)
+            else:
+                pairs = entry.keys_per_record()
+            for record, keys in pairs:
+                for key in shared_keys.intersection(keys):
+                    names = owners.setdefault(key, [])
+                    if record.name not in names:
+                        names.append(record.name)
+        shared: dict[str, set[str]] = {}
+        for names in owners.values():
+            for name in names:
+                shared.setdefault(name, set()).update(n for n in names if n != name)
+        return [
+            dataclasses.replace(r, shares_with=tuple(sorted(shared[r.name])))
+            if shared.get(r.name)
+            else r
+            for r in records
+        ]
+
+    # -- totals ------------------------------------------------------------------------------
+    def _unique_storages(self) -> Storages:
+        if self._storages is None:
+            columns, live = self._live_columns()
+            sizes = zip(columns.devices, columns.sizes)  # noqa: B905 - same lengths
+            if live is None:
+                merged = dict(zip(columns.keys(), sizes))  # noqa: B905
+            else:
+                pairs = list(zip(columns.keys(), sizes))  # noqa: B905
+                merged = dict(pairs[i] for i in live)
+            entries = self._entries.values()
+            facts = [e for e in entries if type(e) is _TensorFacts]
+            merged.update([(f.key, (f.device, f.nbytes)) for f in facts])
+            merged.update([(f.grad.key, (f.grad.device, f.grad.nbytes)) for f in facts if f.grad])
+            for entry in entries:
+                if type(entry) is not _TensorFacts:
+                    merged.update(entry.storages)
+            self._storages = merged
+        return self._storages
+
+    def storages(self) -> Storages:
+        """Every storage the listed objects reach, once: ``{storage key: (device, nbytes)}``.
+
+        The key is ``(device, data_ptr)`` (or the storage's own address, or the wrapped
+        tensor's storage, where there is no data pointer); ``nbytes`` is what the storage holds
+        (what it would need, for meta). Memory accounting outside the inventory (holders,
+        per-cell timelines) uses these keys so that nothing is counted twice."""
+        return dict(self._unique_storages())
+
+    def storages_of(self, name: str) -> Storages:
+        """The storages one top-level name (or hidden ``Out[...]`` label) reaches, like
+        :meth:`storages` for that name alone; ``{}`` when it holds none. O(1) in the size of
+        the namespace (per-cell memory accounting asks this for the names a cell touched)."""
+        entry = self._entries.get(name)
+        if entry is not None:
+            return dict(_entry_storages(entry))
+        index = self._column_of(name)
+        if index is not None:
+            columns = self._state.columns or _NO_COLUMNS
+            return {columns.key(index): (columns.devices[index], columns.sizes[index])}
+        hidden = self._hidden.get(name)
+        return dict(_entry_storages(hidden)) if hidden is not None else {}
+
+    def changed_since(self, previous: Inventory) -> list[str]:
+        """Top-level names whose facts may differ from ``previous``'s: entries that are not the
+        very ones it had (looked at again, rebound, new, gone) and plain tensors dropped from
+        the shared columns since. Identity comparisons in C: an incremental consumer (the
+        per-cell memory timeline) then updates only these instead of every storage."""
+        now, before = self._entries, previous._entries
+        if self._state.columns is not previous._state.columns:  # a full scan in between
+            return list(dict.fromkeys(chain(previous.names(), self.names())))
+        names = list(now)
+        changed = list(compress(names, map(is_not, map(before.get, names), now.values())))
+        changed.extend(before.keys() - now.keys())
+        changed.extend(self._state.dropped - previous._state.dropped)
+        return list(dict.fromkeys(changed))
+
+    def totals(self) -> dict[str, int]:
+        """{device: bytes}, every storage counted once across the namespace (gradients and
+        optimizer state included; meta counts 0)."""
+        if self._totals is None:
+            by_device = _bytes_by_device(self._unique_storages())
+            self._totals = {d: by_device[d] for d in sorted(by_device, key=device_sort_key)}
+        return dict(self._totals)
+
+    def would_need(self) -> dict[str, int]:
+        """{device: bytes} as if every storage held data (what meta tensors would need)."""
+        needed: dict[str, int] = {}
+        for device, nbytes in self._unique_storages().values():
+            needed[device] = needed.get(device, 0) + nbytes
+        return needed
+
+    @property
+    def devices(self) -> list[str]:
+        """Devices holding any storage of a visible name (meta included, at 0 bytes)."""
+        return list(self.totals())
+
+    def device_totals(self) -> list[DeviceTotal]:
+        """Totals with the allocator's figures for accelerators that are *already* initialised
+        (:func:`.devices.memory_figures`; reading them otherwise would initialise the device)."""
+        from .devices import memory_figures
+
+        totals = self.totals()
+        needed = self.would_need()
+        rows = []
+        for device in self.devices:
+            figures = memory_figures(device)
+            rows.append(
+                DeviceTotal(
+                    device,
+                    totals.get(device, 0),
+                    needed.get(device, 0),
+                    figures.allocated,
+                    figures.reserved,
+                    figures.capacity,
+                )
+            )
+        return rows
+
+    def held_by_modules(self, name: str) -> bool:
+        """Whether this name's tensor shares a storage with a module or optimizer here (a
+        buffer or parameter under another name: changing it in place changes the module)."""
+        entry = self._entries.get(name)
+        if entry is not None:
+            keys: Iterable[StorageKey] = _entry_storages(entry).keys()
+        else:
+            index = self._column_of(name)
+            if index is None:
+                return False
+            keys = ((self._state.columns or _NO_COLUMNS).key(index),)
+        return not self._module_keys().isdisjoint(keys)
+
+    def _module_keys(self) -> set[StorageKey]:
+        if self._owned_keys is None:
+            owned: set[StorageKey] = set()
+            for name in self._volatile:
+                entry = self._entries.get(name)
+                if entry is not None and type(entry) is not _TensorFacts:
+                    owned.update(entry.storages)
+            self._owned_keys = owned
+        return self._owned_keys
+
+    def mixed_records(self) -> list[Record]:
+        """Modules spanning devices and optimizers whose state sits away from its parameters.
+        Cheap: only modules and optimizers (always among the volatile names) are looked at."""
+        entries = self._entries
+        mixed: list[Record] = []
+        for name in self._volatile:
+            entry = entries.get(name)
+            if entry is not None and type(entry) is not _TensorFacts:
+                mixed.extend(record for record in entry.records if record.mixed)
+        return mixed
+
+    def orphaned_optimizers(self) -> list[tuple[str, int, int]]:
+        """(name, unreachable, total) for optimizers that update parameters no name here
+        reaches: a model rebuilt (its cell re-run) after the optimizer was made, or moved to
+        meta (which makes new Parameters). ``opt.step()`` then trains tensors nobody sees."""
+        entries = self._entries
+        optimizers = [
+            (name, entry)
+            for name in self._volatile
+            if type(entry := entries.get(name)) is _Entry
+            and entry.kind == Kind.OPTIMIZER
+            and entry.tensor_ids
+        ]
+        if not optimizers:
+            return []
+        columns, live = self._live_columns()
+        reachable: set[int] = set(columns.ids if live is None else [columns.ids[i] for i in live])
+        for entry in entries.values():
+            if type(entry) is _TensorFacts:
+                reachable.add(entry.id)
+            elif entry.kind != Kind.OPTIMIZER:
+                reachable.update(entry.tensor_ids)
+        orphaned = []
+        for name, entry in optimizers:
+            unreachable = sum(1 for i in entry.tensor_ids if i not in reachable)
+            if unreachable:
+                orphaned.append((name, unreachable, len(entry.tensor_ids)))
+        return orphaned
+
+    def subset(self, names: Iterable[str]) -> Inventory:
+        """The inventory of just these top-level names (what a cell read or created)."""
+        wanted = set(names)
+        state = self._state
+        entries = {name: e for name, e in self._entries.items() if name in wanted}
+        keys = [name for name in state.keys if name in wanted]
+        columns = state.columns
+        dropped = state.dropped
+        if columns is not None and len(columns):
+            dropped = dropped | frozenset(n for n in columns.names if n not in wanted)
+        return Inventory(
+            entries,
+            keys,
+            [],
+            set(),
+            torch_imported=self.torch_imported,
+            torch=self._torch,
+            record_cache=self._record_cache,
+            columns=columns,
+            dropped=dropped,
+        )
+
+    def mixed_warnings(self) -> list[str]:
+        """One line per object whose parts sit on different devices, and per optimizer that
+        trains parameters no name here reaches."""
+        warnings = [orphan_warning(*orphan) for orphan in self.orphaned_optimizers()]
+        for record in self.records:
+            if record.mixed and not record.hidden:
+                if record.kind == "optimizer":
+                    warnings.append(f"{record.name}: {record.note}")
+                else:
+                    warnings.append(f"{record.name} spans {', '.join(record.devices)}")
+        return warnings
+
+    # -- exports -----------------------------------------------------------------------------
+    def to_frame(self) -> Any:
+        import pandas as pd
+
+        columns = [
+            "name", "kind", "type", "device", "dtype", "shape", "numel", "bytes",
+            "would_need_bytes", "requires_grad", "grad_bytes", "shares_with", "hidden", "mixed",
+            "note",
+        ]  # fmt: skip
+        rows = [
+            {
+                "name": r.name,
+                "kind": r.kind,
+                "type": r.type,
+                "device": r.device,
+                "dtype": r.dtype,
+                "shape": r.shape,
+                "numel": r.numel,
+                "bytes": r.bytes,
+                "would_need_bytes": r.would_need_bytes,
+                "requires_grad": r.requires_grad,
+                "grad_bytes": r.grad_bytes,
+                "shares_with": r.shares_with,
+                "hidden": r.hidden,
+                "mixed": r.mixed,
+                "note": r.note,
+            }
+            for r in self.records
+        ]
+        return pd.DataFrame(rows, columns=columns)
+
+    def to_json(self, **context: Any) -> dict[str, Any]:
+        """The protocol snapshot (see :mod:`torchdevice_magic.protocol`)."""
+        from .protocol import snapshot
+
+        return snapshot(self, **context)
+
+    def __repr__(self) -> str:
+        from .render import inventory_text
+
+        return inventory_text(self)
+
+    def _repr_html_(self) -> str:
+        from .render import inventory_html
+
+        return inventory_html(self)
+
+
+def orphan_warning(name: str, unreachable: int, total: int) -> str:
+    held = "all" if unreachable == total else f"{unreachable} of"
+    return (
+        f"{name} updates {held} {total} parameters that no variable here holds "
+        "(model re-created, or moved to meta, after the optimizer was made?): "
+        "make the optimizer again"
+    )
+
+
+__all__ = [
+    "Inventory",
+    "Scanner",
+    "Record",
+    "DeviceTotal",
+    "scan",
+    "format_bytes",
+    "is_ipython_bookkeeping",
+    "device_sort_key",
+    "orphan_warning",
+    "MAX_CONTAINER_DEPTH",
+    "CONTAINER_ELEMENT_CAP",
+    "AGGREGATE_ABOVE",
+]
