@@ -623,3 +623,33 @@ def test_timeline_message_is_schema_checked_and_follows_the_snapshot(ip):
     assert [m["type"] for m in sent] == ["snapshot", "timeline"]
     with pytest.raises(protocol.ProtocolError):
         protocol.check_timeline({**message, "rows": [{**last, "bytes": "12"}]})
+
+
+# -- a second device that keeps data (the simulated accelerator) ----------------------------------
+
+
+@pytest.mark.simulated
+def test_holders_and_timeline_per_device_on_an_accelerator(simulated_device: str, last_error):
+    from torchdevice_magic.devices import accelerator_type
+
+    assert simulated_device.startswith(accelerator_type())
+    shown = torch.ones(256, 256, device=simulated_device)  # 256 KiB on the accelerator
+    on_cpu = torch.ones(10)
+    namespace = {"Out": {4: shown}, "_4": shown, "x": on_cpu}
+    timeline = Timeline()
+    rows, _ = timeline.record(4, torchdevice_magic.scan(namespace), namespace, ["x"])
+    held = {r.device: r.bytes for r in rows}
+    assert held == {"cpu": 40, simulated_device: 256 * 256 * F32}
+
+    found = holders(namespace, simulated_device)
+    assert [(h.where, h.device, h.bytes) for h in found] == [
+        ("Out[4] (also _4)", simulated_device, 256 * 256 * F32)
+    ]
+    assert holders(namespace, "cpu") == []
+    assert [h.where for h in holders(namespace, accelerator_type())] == ["Out[4] (also _4)"]
+    ref = weakref.ref(shown)
+    del shown
+    assert found[0].release() == 256 * 256 * F32
+    assert ref() is None and namespace["x"] is on_cpu
+    rows, _ = timeline.record(5, torchdevice_magic.scan(namespace), namespace, [])
+    assert {r.device: r.delta for r in rows} == {"cpu": 0, simulated_device: -256 * 256 * F32}
