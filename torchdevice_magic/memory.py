@@ -49,7 +49,8 @@ from typing import Any
 from .scanner import Inventory, is_ipython_bookkeeping, scan
 from .units import device_sort_key, format_bytes
 
-Keys = dict[tuple, tuple[str, int]]
+StorageKey = tuple[Any, ...]
+Keys = dict[StorageKey, tuple[str, int]]
 
 #: Types that never hold a tensor: skipped without a look.
 _NOTHING_TO_HOLD = frozenset({int, float, complex, bool, str, bytes, type(None), range})
@@ -141,7 +142,7 @@ def _root_keys(inventory: Inventory, root: str) -> Keys:
     return inventory.subset([root]).storages()
 
 
-def _by_device(keys: Mapping[tuple, tuple[str, int]]) -> dict[str, int]:
+def _by_device(keys: Mapping[StorageKey, tuple[str, int]]) -> dict[str, int]:
     """{device: bytes}; meta storages occupy nothing (as in Inventory.totals). Column-wise
     (C-level sums): the timeline adds up every named storage after each cell."""
     if len(keys) < 16:  # small: a plain loop beats building columns
@@ -327,11 +328,13 @@ def _last_exception() -> BaseException | None:
 
 
 def _exception_chain(exc: BaseException) -> list[BaseException]:
-    chain, seen = [], set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        chain.append(exc)
-        exc = exc.__cause__ or exc.__context__
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        chain.append(link)
+        link = link.__cause__ or link.__context__
     return chain
 
 
@@ -719,6 +722,7 @@ def _second_name_sources(
             continue
         value = namespace.get(root)
         candidates: list[tuple[str, Keys, Callable[[], str], int]] = []
+        release: Callable[[], str]
         if isinstance(value, (dict, list)):
             items = {f"{root}[{k!r}]": (k, v) for k, v in _shallow_items(value)}
             elements = scan({label: v for label, (_, v) in items.items()})
@@ -733,7 +737,7 @@ def _second_name_sources(
             keys = _root_keys(inventory, root)
             release = functools.partial(_drop_name, namespace, root, id(value))
             candidates.append((root, keys, release, id(value)))
-        for label, keys, release, token in candidates:
+        for label, keys, drop, token in candidates:
             shared = {k: v for k, v in keys.items() if k in wanted}
             if not shared:
                 continue
@@ -743,7 +747,7 @@ def _second_name_sources(
                     f"{label} (second name: still holds deleted {', '.join(gone)})",
                     "second name",
                     shared,
-                    release,
+                    drop,
                     f"del {label} too (or rebind it)",
                     1,
                     token=token,
@@ -853,7 +857,7 @@ def _sources(
     return sources
 
 
-def _all_held_keys(namespace: Any) -> set[tuple]:
+def _all_held_keys(namespace: Any) -> set[StorageKey]:
     inventory = scan(namespace)
     named = inventory.storages()
     held = set(named)
@@ -944,7 +948,7 @@ def holders_text(found: list[Holder]) -> str:
     return "\n".join(lines)
 
 
-class HolderList(list):
+class HolderList(list[Holder]):
     """``%devices --holders -o``: a list of :class:`Holder` that prints as the text table."""
 
     def __repr__(self) -> str:
@@ -1034,7 +1038,7 @@ class Timeline:
         self._module_ids: dict[str, int] = {}
         # the named variables' storages (each once), how many names reach each, per device
         self._named: Keys = {}
-        self._counts: dict[tuple, int] | None = None
+        self._counts: dict[StorageKey, int] | None = None
         self._named_totals: dict[str, int] = {}
 
     # -- recording ------------------------------------------------------------------------
@@ -1221,8 +1225,8 @@ class Timeline:
             fresh[f"out:{key!r}"] = None
         self._out_keys = current
         if added:
-            for source in _out_sources(namespace, sorted(added, key=repr)):
-                fresh[f"out:{source.token[0]!r}"] = source
+            for entry in _out_sources(namespace, sorted(added, key=repr)):
+                fresh[f"out:{entry.token[0]!r}"] = entry
         present = namespace.keys() if hasattr(namespace, "keys") else set()
         tracked_names = {
             label.split("\x00")[1] for label in self._tracked if label[:5] == "name\x00"
@@ -1231,7 +1235,7 @@ class Timeline:
             if full or name not in present or name in names:
                 for label in [k for k in self._tracked if k.startswith(f"name\x00{name}\x00")]:
                     fresh[label] = None
-        torch = sys.modules.get("torch")
+        optimizer_type = sys.modules["torch"].optim.Optimizer  # record() runs only with torch
         without_optimizers: Keys | None = None
         maybe_orphaned: set[str] | None = None
         for name in list(present) if full else names:
@@ -1240,7 +1244,7 @@ class Timeline:
             value = namespace.get(name)
             if type(value) in _NOTHING_TO_HOLD:
                 continue
-            if isinstance(value, torch.optim.Optimizer):
+            if isinstance(value, optimizer_type):
                 if not full and not inventory.objects_changed:
                     # no module or optimizer changed since the last scan: what it orphans
                     # is as it was (keep what is tracked for it)
@@ -1248,14 +1252,14 @@ class Timeline:
                         del fresh[label]
                     continue
                 if maybe_orphaned is None:
-                    found = _maybe_orphaned(inventory)
-                    maybe_orphaned = set(present) if found is None else found
+                    said = _maybe_orphaned(inventory)
+                    maybe_orphaned = set(present) if said is None else said
                 if name not in maybe_orphaned:
                     continue  # every parameter it updates is reachable: nothing orphaned
                 if without_optimizers is None:
                     without_optimizers = _named_keys_without_optimizers(namespace, inventory)
-            for source in _name_sources(namespace, name, value, without_optimizers or {}):
-                fresh[f"name\x00{name}\x00{source.key}"] = source
+            for brought in _name_sources(namespace, name, value, without_optimizers or {}):
+                fresh[f"name\x00{name}\x00{brought.key}"] = brought
         changes: list[tuple[str, str, int]] = []
         for label, source in fresh.items():
             tracked = self._tracked.get(label)
@@ -1302,7 +1306,7 @@ class Timeline:
         return warnings
 
     # -- reading ---------------------------------------------------------------------------
-    def to_frame(self):
+    def to_frame(self) -> Any:
         import pandas as pd
 
         columns = ["cell", "device", "bytes", "delta", "peak", "grew"]

@@ -139,7 +139,7 @@ def target(device: str, enabled: bool, reason: str = "") -> dict[str, Any]:
 
 #: Most timeline rows sent at once (the chart shows the recent cells).
 TIMELINE_ROWS = 200
-_TIMELINE_ROW_FIELDS = {
+_TIMELINE_ROW_FIELDS: dict[str, type | tuple[type, ...]] = {
     "cell": int,
     "device": str,
     "bytes": int,

@@ -285,7 +285,9 @@ class DeviceSession:
     # -- memory: per-cell timeline, holders, out-of-memory (logic in .memory) ------------------
     def record_memory(self, result: Any, names: tuple[str, ...], inventory: Inventory) -> None:
         """Add this cell to the memory timeline (reusing the hook's scan); warn about leaks."""
-        cell = getattr(result, "execution_count", None) or getattr(self.shell, "execution_count", 0)
+        cell = int(
+            getattr(result, "execution_count", None) or getattr(self.shell, "execution_count", 0)
+        )
         try:
             figures = device_figures()
             if not self._peak_from_cell_start:  # the peak is since some earlier cell: not shown
