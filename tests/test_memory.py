@@ -510,6 +510,21 @@ def test_holders_and_release_from_the_magic(ip):
     assert "there are 0 holders" in str(result.error_in_exec)
 
 
+def test_unload_removes_the_pre_run_cell_hook_too(ip):
+    def ours(event):
+        return [
+            cb
+            for cb in ip.events.callbacks[event]
+            if getattr(cb, "__self__", None).__class__.__name__ == "DeviceSession"
+        ]
+
+    assert len(ours("pre_run_cell")) == 1 and len(ours("post_run_cell")) == 1
+    ip.run_line_magic("unload_ext", "torchdevice_magic")
+    assert ours("pre_run_cell") == [] and ours("post_run_cell") == []
+    ip.run_line_magic("load_ext", "torchdevice_magic")
+    assert len(ours("pre_run_cell")) == 1
+
+
 def test_failing_cell_with_out_of_memory_is_explained(ip):
     run(ip, "import torch\nbig = torch.zeros(1000, 250)")
     result, _, shown = run(ip, "torch.empty(2**40, dtype=torch.uint8)")
@@ -558,6 +573,7 @@ def test_real_kernel_cpu_oom_and_a_batch_held_by_a_failed_train():
         "%devices --holders",
         "%devices --release 0",
         "print('batch freed:', all(ref() is None for ref in made))",
+        "torch.ones(512, 256)",  # displayed: Out holds 512.0 KiB
         "torch.empty(2**40, dtype=torch.uint8)",
     )
     NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
@@ -566,9 +582,11 @@ def test_real_kernel_cpu_oom_and_a_batch_held_by_a_failed_train():
     assert "512.0 KiB on cpu" in listed  # one 128x1024 float32 batch
     assert "freed 512.0 KiB" in outputs_text(nb.cells[4])
     assert "batch freed: True" in outputs_text(nb.cells[5])
-    oom = outputs_text(nb.cells[6])
+    oom = outputs_text(nb.cells[7])
     assert "Out of memory on cpu: the request was 1.0 TiB." in oom
-    assert "weights: 976.6 KiB" in oom
+    assert "Biggest named objects on cpu:\n  weights: 976.6 KiB" in oom
+    assert "Held outside named variables on cpu:\n  [0] Out[7] (also _7, _): 512.0 KiB" in oom
+    assert "-> %devices --release 0" in oom and "nothing was freed for you" in oom
 
 
 # -- CUDA (skipped without a GPU; ./dev gpu-check runs these) ---------------------------------------
