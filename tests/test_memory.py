@@ -671,3 +671,39 @@ def test_holders_and_timeline_per_device_on_an_accelerator(simulated_device: str
     assert ref() is None and namespace["x"] is on_cpu
     rows, _ = timeline.record(5, torchdevice_magic.scan(namespace), namespace, [])
     assert {r.device: r.delta for r in rows} == {"cpu": 0, simulated_device: -256 * 256 * F32}
+
+
+def test_the_timeline_s_incremental_union_equals_a_fresh_count_after_every_kind_of_cell():
+    """The timeline keeps the named storages up to date from the names whose entries changed
+    (Inventory.changed_since / storages_of); after rebinding, deleting, aliasing, views,
+    gradients appearing, modules, containers and full scans in between, it is exactly what a
+    fresh count says."""
+    from torchdevice_magic.scanner import Scanner
+
+    namespace: dict = {f"t{i}": torch.randn(8, 8) for i in range(30)}
+    scanner = Scanner()
+    timeline = Timeline()
+    cells = [
+        (lambda ns: ns.update(a=torch.zeros(100)), ["a"]),
+        (lambda ns: ns.update(v=ns["a"].view(10, 10)), ["v", "a"]),
+        (lambda ns: ns.pop("a"), ["a"]),
+        (lambda ns: ns.update(t3=torch.ones(5)), ["t3"]),
+        (lambda ns: ns.pop("t4"), ["t4"]),
+        (lambda ns: ns.update(m=torch.nn.Linear(6, 6)), ["m"]),
+        (lambda ns: ns["m"](torch.ones(1, 6)).sum().backward(), ["m", "torch"]),
+        (lambda ns: ns.update(xs=[ns["t1"], torch.ones(7)]), ["xs"]),
+        (lambda ns: ns["xs"].append(torch.ones(9)), ["xs"]),
+        (None, []),  # a full scan in between (what %devices does)
+        (lambda ns: ns.update(t5=ns["t6"]), ["t5"]),
+        (lambda ns: ns.pop("m"), ["m"]),
+    ]
+    for index, (cell, names) in enumerate(cells):
+        if cell is not None:
+            cell(namespace)
+        inventory = scanner.scan(namespace, changed=names, full=cell is None)
+        rows, _ = timeline.record(index, inventory, namespace, names)
+        expected = inventory.storages()
+        assert timeline._named == expected, index
+        assert {r.device: r.bytes for r in rows} == {
+            d: n for d, n in inventory.totals().items() if n
+        }, index
