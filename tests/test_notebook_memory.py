@@ -128,7 +128,10 @@ def test_optimizer_of_a_deleted_model(nb):
     rows = text(nb, "optimizer-timeline").splitlines()[-2:]
     assert "+16.0 MiB" in rows[0]
     # del big_model changes nothing on the device: the bytes move to the holder
-    assert re.search(r"\+0 B\s+opt: state of parameters no variable holds \+16\.0 MiB", rows[1])
+    # (on cuda a peak column stands between the change and what grew)
+    assert re.search(
+        r"\+0 B\s+(\S+ \S+\s+)?opt: state of parameters no variable holds \+16\.0 MiB", rows[1]
+    )
     assert "big_model -8.0 MiB" in rows[1]
     assert "changed nothing on the device" in markdown(nb, "optimizer-holders-md")
     listed = text(nb, "optimizer-holders")
@@ -152,7 +155,7 @@ def test_forward_hook_stash(nb):
 def test_second_name(nb):
     dev = device(nb)
     row = text(nb, "second-timeline").splitlines()[-1]
-    assert re.search(rf"{dev}\s+\S+ \S+\s+\+0 B\s+features -4\.0 MiB", row)
+    assert re.search(rf"{dev}\s+\S+ \S+\s+\+0 B\s+(\S+ \S+\s+)?features -4\.0 MiB", row)
     assert "del features freed nothing of 4.0 MiB: another name still holds it" in row
     listed = text(nb, "second-holders")
     assert (
