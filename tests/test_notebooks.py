@@ -179,7 +179,7 @@ def test_01_the_error(run_notebook):
     assert "x (Tensor, 160 B) is on cpu" in diagnosis
     assert f'Fix: x = x.to("{device}' in diagnosis
     kinds = [o.output_type for o in failing.outputs]
-    assert kinds.index("error") < kinds.index("display_data"), "explained under the traceback"
+    assert kinds.index("display_data") < kinds.index("error"), "the diagnosis before the traceback"
 
     displays_widget(cell(nb, "table"))
 

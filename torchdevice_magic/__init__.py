@@ -9,10 +9,35 @@ Public API (the pure core, usable without IPython): :func:`scan`, :func:`move`,
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any
 
-from .records import Record
-from .scanner import Inventory, Scanner, scan
+
+class _Package(types.ModuleType):
+    """This package's module type: its public functions stay functions.
+
+    Importing a submodule binds it as an attribute of its parent package (``import
+    torchdevice_magic.diagnose`` sets ``torchdevice_magic.diagnose`` to the module), which
+    would shadow the function of the same name after any import order. A public function
+    name is never rebound to a module; the submodule stays reachable through ``sys.modules``
+    and ``from torchdevice_magic.diagnose import ...``.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _FUNCTIONS and isinstance(value, types.ModuleType):
+            current = self.__dict__.get(name)
+            if callable(current) and not isinstance(current, types.ModuleType):
+                return
+        super().__setattr__(name, value)
+
+
+#: Public names that are functions even where a submodule of the same name exists.
+_FUNCTIONS = frozenset({"scan", "move", "diagnose", "trace", "holders"})
+sys.modules[__name__].__class__ = _Package
+
+from .records import Record  # noqa: E402
+from .scanner import Inventory, Scanner, scan  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -88,6 +88,16 @@ class SidebarChannel:
         except Exception:
             log.debug("torchdevice_magic: sending to the sidebar failed", exc_info=True)
 
+    def send_rerun(self, cell_id: str) -> bool:
+        """Ask the notebook to run one of its cells again (after a one-click fix). False when
+        no sidebar is listening (VS Code, classic Notebook, nbconvert)."""
+        if not self.comms:
+            return False
+        data = protocol.rerun(cell_id)
+        for channel in list(self.comms.values()):
+            self._send(channel, data)
+        return True
+
     def _reply(self, request_id: str, ok: bool, message: str, outcome: Any = None) -> None:
         data = protocol.reply(request_id, ok, message, outcome)
         for channel in list(self.comms.values()):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -31,21 +30,11 @@ class CellFailed(RuntimeError):
 
 
 def names_read(cell: str, shell: Any = None) -> list[str]:
-    """Top-level names a cell reads (the roots of ``model.fc.weight`` count as ``model``)."""
-    try:
-        tree = ast.parse(cell)
-    except SyntaxError:
-        try:
-            tree = ast.parse(shell.transform_cell(cell)) if shell is not None else None
-        except Exception:
-            tree = None
-    if tree is None:
-        return []
-    seen: dict[str, None] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            seen.setdefault(node.id)
-    return list(seen)
+    """Top-level names a cell reads (the roots of ``model.fc.weight`` count as ``model``); the
+    cell is parsed once for the hook, this magic and any diagnosis (:func:`.diagnose.parse_cell`)."""
+    from .diagnose import parse_cell
+
+    return list(parse_cell(cell, shell).names_read)
 
 
 @magics_class

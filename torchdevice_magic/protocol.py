@@ -33,6 +33,10 @@ Kernel -> frontend messages
     {"protocol": ..., "version": 1, "type": "reply", "request_id": "...", "ok": bool,
      "message": "one line", "outcome": ActionOutcome | null}
 
+``rerun`` (after a one-click fix under a diagnosis: run that notebook cell again)::
+
+    {"protocol": ..., "version": 1, "type": "rerun", "cell_id": "..."}
+
 Frontend -> kernel requests
 ---------------------------
 ``{"type": "refresh", "request_id": str}``
@@ -130,6 +134,11 @@ def reply(
     request_id: str, ok: bool, message: str, outcome: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     return envelope("reply", request_id=request_id, ok=ok, message=message, outcome=outcome)
+
+
+def rerun(cell_id: str) -> dict[str, Any]:
+    """Ask the frontend to run the notebook cell ``cell_id`` (IPython's ExecutionInfo.cell_id)."""
+    return envelope("rerun", cell_id=_check_string(cell_id, "cell_id"))
 
 
 def target(device: str, enabled: bool, reason: str = "") -> dict[str, Any]:

@@ -70,6 +70,11 @@ class TorchDeviceMagic(Configurable):
     row_limit = Int(
         protocol.DEFAULT_ROW_LIMIT, help="Most rows sent to the sidebar in one snapshot."
     ).tag(config=True)
+    show_full_traceback = Bool(
+        False,
+        help="After a device-mismatch error, show every traceback frame (by default torch's "
+        "own frames are collapsed under the diagnosis).",
+    ).tag(config=True)
     track_peak = Bool(
         True,
         help="Measure each cell's peak CUDA memory: before every cell, reset the process-wide "
@@ -96,6 +101,11 @@ class DeviceSession:
         self._warned: set[tuple] = set()
         self._hook_failed = False
         self.suppress_auto_diagnosis = 0
+        #: the running cell's ExecutionInfo (pre_run_cell): its source and cell id
+        self.running: Any = None
+        #: the error the custom exception handler already explained (not explained twice)
+        self._explained: BaseException | None = None
+        self._previous_custom_exc: tuple[Any, Any] | None = None
         self.timeline = Timeline()
         self._peak_from_cell_start = False
         self.config.observe(self._config_changed)
@@ -231,10 +241,13 @@ class DeviceSession:
             row_limit=self.config.row_limit,
         )
 
-    # -- the pre/post-execute hooks -------------------------------------------------------------
+    # -- the hooks ----------------------------------------------------------------------------
     def pre_run_cell(self, info: Any = None) -> None:
-        """Before every cell: reset the accelerator's peak counters (config ``track_peak``) so
-        the timeline can show this cell's peak. Never initialises a device; never raises."""
+        """Before every cell: remember it (the exception handler explains errors with its
+        source), and reset the accelerator's peak counters (config ``track_peak``) so the
+        memory timeline can show this cell's peak. Never initialises a device; never raises."""
+        self.running = info
+        self._explained = None
         self._peak_from_cell_start = False
         if "torch" not in sys.modules:
             return
@@ -258,28 +271,50 @@ class DeviceSession:
                 log.exception("torchdevice_magic: the post-execute hook failed; it carries on")
 
     def _after_cell(self, result: Any) -> None:
-        cell = getattr(getattr(result, "info", None), "raw_cell", None) or ""
+        info = getattr(result, "info", None)
+        cell = getattr(info, "raw_cell", None) or ""
         names = cell_names(cell, self.shell)
         only_data = touches_only_data(names, self.namespace, self.inventory)
         inventory = self.rescan(names, recheck=not only_data)
         error = getattr(result, "error_in_exec", None)
         self.record_memory(result, names, inventory)
-        automatic = self.config.auto_diagnose and not self.suppress_auto_diagnosis
-        # a device mismatch is explained by .diagnose; an out-of-memory error by .memory
-        if error is not None and automatic and self.show_diagnosis(error, cell) is None:
+        explained = error is not None and error is self._explained
+        self._explained = None
+        if (
+            error is not None
+            and not explained
+            and self.config.auto_diagnose
+            and not self.suppress_auto_diagnosis
+            # a device mismatch is explained by .diagnose; an out-of-memory error by .memory
+            and self.show_diagnosis(error, cell, cell_id=getattr(info, "cell_id", None)) is None
+        ):
             self.show_oom(error)
         if self.config.warn_on_mixed:
             self._warn_new_mixed(inventory)
         if self.has_views():
             self.refresh_views()
 
-    def show_diagnosis(self, error: BaseException, cell: str, target: str | None = None) -> Any:
-        from .diagnose import diagnose
+    def diagnose(self, error: BaseException, cell: str, target: str | None = None) -> Any:
+        from .diagnose import diagnose, parse_cell
 
-        diagnosis = diagnose(error, self.namespace, cell, target=target)
+        return diagnose(
+            error,
+            self.namespace,
+            parse_cell(cell, self.shell),
+            target=target,
+            allow_meta=self.config.allow_meta_target,
+        )
+
+    def show_diagnosis(
+        self,
+        error: BaseException,
+        cell: str,
+        target: str | None = None,
+        cell_id: str | None = None,
+    ) -> Any:
+        diagnosis = self.diagnose(error, cell, target=target)
         if diagnosis is not None:
-            # text for terminals and logs, escaped HTML where a notebook renders it
-            self.publish({"text/plain": diagnosis.text(), "text/html": diagnosis._repr_html_()})
+            self.show_diagnosis_result(diagnosis, cell_id)
         return diagnosis
 
     # -- memory: per-cell timeline, holders, out-of-memory (logic in .memory) ------------------
@@ -347,6 +382,88 @@ class DeviceSession:
             self.publish({"text/plain": explanation.text(), "text/html": explanation._repr_html_()})
         return explanation
 
+    def show_diagnosis_result(self, diagnosis: Any, cell_id: str | None = None) -> None:
+        # text for terminals and logs, escaped HTML where a notebook renders it
+        self.publish({"text/plain": diagnosis.text(), "text/html": diagnosis._repr_html_()})
+        if diagnosis.action is not None and getattr(self.shell, "kernel", None) is not None:
+            from .fixbutton import fix_button
+
+            button = fix_button(self, diagnosis.action, cell_id)
+            if button is not None:
+                self.show(button)
+
+    def can_move(self, device: str, names: tuple[str, ...] | list[str]) -> str | None:
+        """None when the move engine accepts this move (planned, nothing done), else why not."""
+        try:
+            try:  # the move engine's planner (package ``moves``; ``moving`` before it)
+                from .moves import resolve_device  # type: ignore[import-not-found]
+                from .moves.plan import plan_move  # type: ignore[import-not-found]
+            except ImportError:
+                from .moving import _plan_move as plan_move
+                from .moving import resolve_device
+            dest = resolve_device(device, self.config.allow_meta_target)
+            plan_move(self.namespace, dest, list(names))
+        except Exception as error:  # MoveError: the planner refused, with its reason
+            return str(error) or type(error).__name__
+        return None
+
+    def request_rerun(self, cell_id: str | None) -> bool:
+        """Ask the notebook (through the sidebar's comm) to run the cell ``cell_id`` again;
+        False where no labextension is listening."""
+        channel = getattr(self, "channel", None)
+        if not cell_id or channel is None:
+            return False
+        return channel.send_rerun(cell_id)
+
+    # -- device errors: the diagnosis first, then a short traceback ------------------------------
+    def install_exception_handler(self) -> None:
+        shell = self.shell
+        if not hasattr(shell, "set_custom_exc"):
+            return
+        self._previous_custom_exc = (
+            getattr(shell, "custom_exceptions", ()),
+            getattr(shell, "CustomTB", None),
+        )
+        shell.set_custom_exc((Exception,), self._handle_exception)
+
+    def remove_exception_handler(self) -> None:
+        shell = self.shell
+        previous = self._previous_custom_exc
+        if previous is None or not hasattr(shell, "set_custom_exc"):
+            return
+        self._previous_custom_exc = None
+        exc_tuple, handler = previous
+        if exc_tuple:
+            shell.custom_exceptions, shell.CustomTB = exc_tuple, handler
+        else:
+            shell.set_custom_exc((), None)
+
+    def _handle_exception(
+        self, shell: Any, etype: Any, value: Any, tb: Any, tb_offset: Any = None
+    ) -> None:
+        """IPython's custom exception handler (called for every error a cell raises)."""
+        previous = self._previous_custom_exc
+        if previous and previous[0] and isinstance(value, previous[0]) and previous[1]:
+            return previous[1](etype, value, tb, tb_offset)  # another extension's handler
+        diagnosis = None
+        if self.config.auto_diagnose and not self.suppress_auto_diagnosis:
+            try:
+                running = self.running
+                cell = getattr(running, "raw_cell", None) or ""
+                diagnosis = self.diagnose(value, cell)
+                if diagnosis is not None:
+                    self.show_diagnosis_result(diagnosis, getattr(running, "cell_id", None))
+                    self._explained = value
+            except Exception:
+                log.exception("torchdevice_magic: explaining the error failed")
+                diagnosis = None
+        if diagnosis is None or self.config.show_full_traceback:
+            shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
+            return None
+        stb = short_traceback(shell, etype, value, tb, tb_offset)
+        shell._showtraceback(etype, value, stb)
+        return None
+
     def show(self, obj: Any) -> None:
         """Display through this session's own shell (not whichever shell is global)."""
         data, metadata = self.shell.display_formatter.format(obj)
@@ -394,21 +511,38 @@ def cell_names(cell: str, shell: Any = None) -> tuple[str, ...]:
     """The global names a cell mentions (a superset of those it binds), from its bytecode.
 
     The hook rescans tensors among these even when the id is unchanged: a freed tensor's id can
-    be reused by the new one the cell created under the same name. ``compile`` gives them in
-    C, cheaper than walking an AST after every cell.
+    be reused by the new one the cell created under the same name. The cell is parsed once
+    (:func:`.diagnose.parse_cell`); a diagnosis of the same cell reuses the parse.
     """
     if not cell:
         return ()
-    for source in (cell, None):
-        try:
-            if source is None:
-                if shell is None:
-                    return ()
-                source = shell.transform_cell(cell)  # magics, !shell lines, ...
-            return compile(source, "<torchdevice_magic>", "exec", dont_inherit=True).co_names
-        except Exception:
-            continue
-    return ()
+    from .diagnose import parse_cell
+
+    return parse_cell(cell, shell).global_names
+
+
+def short_traceback(shell: Any, etype: Any, value: Any, tb: Any, tb_offset: Any) -> list[str]:
+    """The structured traceback with each run of torch's frames collapsed to its first frame
+    (where the user's code called into torch), in the current ``%xmode``."""
+    import types
+
+    from .diagnose import collapse_library_frames
+
+    shown, hidden = collapse_library_frames(tb)
+    if hidden:
+        rebuilt = None
+        for entry in reversed(shown):
+            rebuilt = types.TracebackType(rebuilt, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+        tb = rebuilt
+    stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+    if hidden:
+        stb = [
+            *stb[:-1],
+            f"[torchdevice_magic: {hidden} frame{'s' if hidden != 1 else ''} inside torch "
+            "hidden; %config TorchDeviceMagic.show_full_traceback = True shows them]",
+            *stb[-1:],
+        ]
+    return stb
 
 
 #: Builtins that reach objects by name or run arbitrary code: a cell using one may have
@@ -471,6 +605,7 @@ def load(shell: Any) -> DeviceSession:
     shell.register_magics(DeviceMagics(shell, session))
     shell.events.register("pre_run_cell", session.pre_run_cell)
     shell.events.register("post_run_cell", session.post_run_cell)
+    session.install_exception_handler()
     if session.config not in shell.configurables:
         shell.configurables.append(session.config)
     session.channel = SidebarChannel(session)
@@ -489,6 +624,7 @@ def unload(shell: Any) -> None:
         shell.events.unregister("post_run_cell", session.post_run_cell)
     with contextlib.suppress(ValueError):
         shell.events.unregister("pre_run_cell", session.pre_run_cell)
+    session.remove_exception_handler()
     for kind, names in MAGIC_NAMES.items():
         for name in names:
             shell.magics_manager.magics[kind].pop(name, None)

@@ -19,6 +19,7 @@ import type { Kernel, KernelMessage } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { oneLine } from './format';
+import { isRerunMessage } from './rerun';
 import {
   COMM_TARGET,
   IActionOutcome,
@@ -85,6 +86,11 @@ export class DeviceConnection {
     sessionContext.statusChanged.connect(this._onStatusChanged, this);
     sessionContext.disposed.connect(this.dispose, this);
     this._attach(sessionContext.session?.kernel ?? null);
+  }
+
+  /** The kernel asks the notebook to run a cell again (the id of the cell). */
+  get rerunRequested(): ISignal<this, string> {
+    return this._rerunRequested;
   }
 
   /** Emitted whenever anything the panel shows has changed. */
@@ -497,6 +503,10 @@ export class DeviceConnection {
       this._onSnapshot(data as unknown as ISnapshot);
       return;
     }
+    if (isRerunMessage(data)) {
+      this._rerunRequested.emit(data.cell_id);
+      return;
+    }
     console.warn('torchdevice-magic: ignoring an unexpected comm message', data);
   }
 
@@ -634,6 +644,7 @@ export class DeviceConnection {
   private _clientId: string;
   private _isDisposed = false;
   private _changed = new Signal<this, void>(this);
+  private _rerunRequested = new Signal<this, string>(this);
 }
 
 function isSnapshotLike(data: unknown): data is Record<string, unknown> {
