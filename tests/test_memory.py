@@ -707,3 +707,37 @@ def test_the_timeline_s_incremental_union_equals_a_fresh_count_after_every_kind_
         assert {r.device: r.bytes for r in rows} == {
             d: n for d, n in inventory.totals().items() if n
         }, index
+
+
+def test_a_device_error_s_frames_are_a_holder_though_sys_last_value_is_not_set(ip):
+    """The diagnosis shows a short traceback without touching sys.last_value; the failed
+    function's batch is still held (by IPython's last execution result) and is listed."""
+    saved = (
+        (sys.last_type, sys.last_value, sys.last_traceback) if hasattr(sys, "last_value") else None
+    )
+    sys.last_type = sys.last_value = sys.last_traceback = None
+    try:
+        run(
+            ip,
+            "import torch, weakref\n"
+            "weights = torch.ones(64, device='meta')\n"
+            "refs = []\n"
+            "def train():\n"
+            "    batch = torch.randn(256, 64)\n"
+            "    refs.append(weakref.ref(batch))\n"
+            "    return batch + weights\n",
+        )
+        result, _, shown = run(ip, "train()")
+        assert "is not on the expected device" in str(result.error_in_exec)
+        assert "Device mismatch" in shown  # the device diagnosis was shown
+        assert sys.last_value is None  # the short-traceback path leaves it alone
+        # IPython keeps the failed cell's result (and so its frames) until the next cell ends
+        _, printed, _ = run(
+            ip, "found = %devices --holders -o\nprint(found)\nprint('freed', found[0].release())"
+        )
+        assert "[0] last error (RuntimeError): train() local 'batch': 64.0 KiB on cpu" in printed
+        assert "freed 65536" in printed
+        assert ip.user_ns["refs"][0]() is None
+    finally:
+        if saved is not None:
+            sys.last_type, sys.last_value, sys.last_traceback = saved

@@ -93,6 +93,7 @@ class Holder:
     _release: Callable[[], str] | None = field(default=None, repr=False)
     _keys: Keys = field(default_factory=dict, repr=False)
     _namespace: Any = field(default=None, repr=False)
+    _last_error: Any = field(default=None, repr=False)
     released: bool = field(default=False, repr=False)
     note: str = ""
 
@@ -104,7 +105,7 @@ class Holder:
         self.note = self._release()
         self.released = True
         _RELEASES[0] += 1
-        still = _all_held_keys(self._namespace)
+        still = _all_held_keys(self._namespace, self._last_error)
         return sum(nbytes for key, (_, nbytes) in self._keys.items() if key not in still)
 
     def line(self, index: int | None = None) -> str:
@@ -322,9 +323,30 @@ def _graph_source(namespace: Any, name: str, value: Any) -> _Source | None:
 # -- the last error's traceback ----------------------------------------------------------------
 
 
+ErrorGetter = Callable[[], Any]
+
+
 def _last_exception() -> BaseException | None:
     exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
     return exc if isinstance(exc, BaseException) else None
+
+
+def _last_errors(getter: ErrorGetter | None = None) -> list[BaseException]:
+    """The errors whose tracebacks may still be held: the one ``getter`` names (the session
+    passes the last cell's, which IPython keeps until the next cell ends even where
+    ``sys.last_value`` is not set) and ``sys.last_exc`` / ``sys.last_value``."""
+    found: list[BaseException] = []
+    if getter is not None:
+        try:
+            hint = getter()
+        except Exception:
+            hint = None
+        if isinstance(hint, BaseException):
+            found.append(hint)
+    exc = _last_exception()
+    if exc is not None and all(exc is not f for f in found):
+        found.append(exc)
+    return found
 
 
 def _exception_chain(exc: BaseException) -> list[BaseException]:
@@ -359,13 +381,14 @@ def _frame_locals(frame: types.FrameType) -> dict[str, Any]:
         return {}
 
 
-def _clear_frames(exc_id: int) -> str:
-    # exceptions can't be weakly referenced: find it again as the last error, by id
-    exc = _last_exception()
-    if exc is None or id(exc) != exc_id:
+def _clear_frames(exc_ids: frozenset[int], getter: ErrorGetter | None) -> str:
+    # exceptions can't be weakly referenced: find them again among the last errors, by id
+    errors = [e for e in _last_errors(getter) if id(e) in exc_ids]
+    if not errors:
         return "the last error is no longer that one: nothing released"
     cleared = 0
-    for frame in _traceback_frames(exc):
+    frames = {id(f): f for e in errors for f in _traceback_frames(e)}
+    for frame in frames.values():
         snapshot = frame.f_locals  # on Python < 3.13 a dict the frame keeps: empty it too
         try:
             frame.clear()
@@ -377,12 +400,15 @@ def _clear_frames(exc_id: int) -> str:
     return f"cleared the locals of {cleared} frames of the last error (%debug can't show them now)"
 
 
-def _traceback_source(exc: BaseException | None, named: Keys | None = None) -> _Source | None:
-    """The last error's frames; ``where`` names the locals that hold the most memory no
+def _traceback_source(
+    errors: list[BaseException], named: Keys | None = None, getter: ErrorGetter | None = None
+) -> _Source | None:
+    """The last errors' frames; ``where`` names the locals that hold the most memory no
     variable holds (the batch, the activations)."""
-    if exc is None:
+    if not errors:
         return None
-    frames = _traceback_frames(exc)
+    exc = errors[0]
+    frames = list({id(f): f for e in errors for f in _traceback_frames(e)}.values())
     parts: dict[str, Any] = {}
     for frame in frames:
         function = frame.f_code.co_name
@@ -397,20 +423,28 @@ def _traceback_source(exc: BaseException | None, named: Keys | None = None) -> _
     if not keys:
         return None
     named = named or {}
-    sizes = {}
+    order = {label: index for index, label in enumerate(parts)}  # outermost frame first
+    own: dict[str, Keys] = {}
     for root in inventory.names():
-        own = _root_keys(inventory, root)
-        sizes[root] = sum(n for k, (_, n) in own.items() if k not in named)
-    ranked = sorted((r for r in sizes if sizes[r]), key=lambda r: (-sizes[r], r))
+        own[root] = {k: v for k, v in _root_keys(inventory, root).items() if k not in named}
+    sizes = {root: sum(n for _, n in keys.values()) for root, keys in own.items()}
+    # name the locals that add storages nobody named yet: the user's `batch`, not the same
+    # tensor again as `args` of torch's own wrappers further in
+    ranked: list[str] = []
+    covered: set[StorageKey] = set()
+    for root in sorted((r for r in sizes if sizes[r]), key=lambda r: (-sizes[r], order[r])):
+        if not own[root].keys() <= covered:
+            ranked.append(root)
+            covered.update(own[root])
     shown = ", ".join(ranked[:3]) + (f" and {len(ranked) - 3} more" if len(ranked) > 3 else "")
     return _Source(
         f"last error ({type(exc).__name__}): {shown or 'its frames'}",
         "traceback",
         keys,
-        functools.partial(_clear_frames, id(exc)),
+        functools.partial(_clear_frames, frozenset(map(id, errors)), getter),
         "release it (clears those frames' locals; %debug can no longer show them)",
         len(frames),
-        token=id(exc),
+        token=tuple(map(id, errors)),
     )
 
 
@@ -833,9 +867,10 @@ def _sources(
     named: Keys,
     forgotten: Mapping[str, Keys] | None = None,
     output_refs: Callable[[Any], None] | None = None,
+    last_error: ErrorGetter | None = None,
 ) -> list[_Source]:
     sources: list[_Source] = []
-    traceback = _traceback_source(_last_exception(), named)
+    traceback = _traceback_source(_last_errors(last_error), named, last_error)
     if traceback is not None:
         sources.append(traceback)
     sources.extend(_out_sources(namespace, output_refs=output_refs))
@@ -857,11 +892,11 @@ def _sources(
     return sources
 
 
-def _all_held_keys(namespace: Any) -> set[StorageKey]:
+def _all_held_keys(namespace: Any, last_error: ErrorGetter | None = None) -> set[StorageKey]:
     inventory = scan(namespace)
     named = inventory.storages()
     held = set(named)
-    for source in _sources(namespace, inventory, named):
+    for source in _sources(namespace, inventory, named, last_error=last_error):
         held.update(source.keys)
     return held
 
@@ -873,6 +908,7 @@ def holders(
     inventory: Inventory | None = None,
     forgotten: Mapping[str, Keys] | None = None,
     output_refs: Callable[[Any], None] | None = None,
+    last_error: ErrorGetter | None = None,
 ) -> list[Holder]:
     """Who keeps tensor memory alive outside the named variables of ``namespace``, biggest
     first; ``device`` (``"cuda:0"``, or a type like ``"cuda"``) keeps only that device's.
@@ -881,7 +917,9 @@ def holders(
     keys of names deleted or rebound recently (the session's timeline keeps them) -- a named
     variable still holding one is listed as a ``second name``; ``output_refs(obj)``: called
     when an ``Out`` entry is released, to drop the references a front end keeps besides the
-    namespace (the session passes one for IPython's displayhook).
+    namespace (the session passes one for IPython's displayhook); ``last_error()``: the
+    last failing cell's exception where ``sys.last_value`` may not name it (the session's
+    short-traceback path), found besides ``sys.last_value``.
     """
     if "torch" not in sys.modules:
         return []
@@ -889,7 +927,7 @@ def holders(
         inventory = scan(namespace)
     named = inventory.storages()
     found: list[Holder] = []
-    for source in _sources(namespace, inventory, named, forgotten, output_refs):
+    for source in _sources(namespace, inventory, named, forgotten, output_refs, last_error):
         subtract = named if source.subtract is None else source.subtract
         outside = {k: v for k, v in source.keys.items() if k not in subtract}
         for dev, nbytes in _by_device(outside).items():
@@ -906,6 +944,7 @@ def holders(
                     source.release,
                     outside,
                     namespace,
+                    last_error,
                 )
             )
     order = {d: device_sort_key(d) for d in {h.device for h in found}}
@@ -1024,7 +1063,9 @@ class Timeline:
     hook already made (no second walk); holders are re-measured only for what the cell
     touched (its names, a new ``Out`` entry, a new error), so a plain cell costs a dict merge."""
 
-    def __init__(self, limit: int = 2000) -> None:
+    def __init__(self, limit: int = 2000, last_error: ErrorGetter | None = None) -> None:
+        #: the last failing cell's exception, where sys.last_value may not name it
+        self.last_error = last_error
         self.rows: list[CellMemory] = []
         self.limit = limit
         self.forgotten: dict[str, Keys] = {}
@@ -1033,7 +1074,7 @@ class Timeline:
         self._tracked: dict[str, _Tracked] = {}  # label -> what it holds
         self._out_keys: set[Any] = set()
         self._out_last: Any = None
-        self._error_id: int | None = None
+        self._error_ids: tuple[int, ...] = ()
         self._releases = _RELEASES[0]
         self._module_ids: dict[str, int] = {}
         # the named variables' storages (each once), how many names reach each, per device
@@ -1207,10 +1248,11 @@ class Timeline:
         full = self._releases != _RELEASES[0]
         self._releases = _RELEASES[0]
         fresh: dict[str, _Source | None] = {}
-        exc = _last_exception()
-        if full or (id(exc) if exc is not None else None) != self._error_id:
-            self._error_id = id(exc) if exc is not None else None
-            fresh["error"] = _traceback_source(exc, named)
+        errors = _last_errors(self.last_error)
+        ids = tuple(map(id, errors))
+        if full or ids != self._error_ids:
+            self._error_ids = ids
+            fresh["error"] = _traceback_source(errors, named, self.last_error)
         out = namespace.get("Out") if hasattr(namespace, "get") else None
         out = out if isinstance(out, dict) else {}
         # IPython only ever adds at the end: same size and same last key means no change
@@ -1572,6 +1614,7 @@ def explain_oom(
     *,
     inventory: Inventory | None = None,
     forgotten: Mapping[str, Keys] | None = None,
+    last_error: ErrorGetter | None = None,
     limit: int = 5,
 ) -> OOMExplanation | None:
     """Explain an out-of-memory error in the user's names, or None for any other error.
@@ -1598,7 +1641,9 @@ def explain_oom(
                 root = record.root or record.name
                 sizes[root] = sizes.get(root, 0) + nbytes
     biggest = sorted(sizes.items(), key=lambda item: -item[1])[:limit]
-    found = holders(namespace, device, inventory=inventory, forgotten=forgotten)[:limit]
+    found = holders(
+        namespace, device, inventory=inventory, forgotten=forgotten, last_error=last_error
+    )[:limit]
     live: dict[str, int] = {}
     if device not in ("cpu", "meta"):
         from .devices import memory_figures

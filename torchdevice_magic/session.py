@@ -106,7 +106,7 @@ class DeviceSession:
         #: the error the custom exception handler already explained (not explained twice)
         self._explained: BaseException | None = None
         self._previous_custom_exc: tuple[Any, Any] | None = None
-        self.timeline = Timeline()
+        self.timeline = Timeline(last_error=self._last_cell_error)
         self._peak_from_cell_start = False
         self.config.observe(self._config_changed)
 
@@ -344,8 +344,17 @@ class DeviceSession:
             inventory=inventory,
             forgotten=self.timeline.forgotten,
             output_refs=self._drop_output_refs,
+            last_error=self._last_cell_error,
         )
         return HolderList(found)
+
+    def _last_cell_error(self) -> BaseException | None:
+        """The last failing cell's exception while IPython keeps it (until the next cell
+        ends): a device error shown with the short traceback leaves ``sys.last_value`` as it
+        was, yet its frames still hold the failed function's locals."""
+        result = getattr(self.shell, "last_execution_result", None)
+        error = getattr(result, "error_in_exec", None)
+        return error if isinstance(error, BaseException) else None
 
     def _drop_output_refs(self, value: Any) -> None:
         """A released ``Out`` entry is also kept by IPython's displayhook (its ``_``/``__``/
@@ -377,6 +386,7 @@ class DeviceSession:
             self.namespace,
             inventory=self.inventory,
             forgotten=self.timeline.forgotten,
+            last_error=self._last_cell_error,
         )
         if explanation is not None:
             self.publish({"text/plain": explanation.text(), "text/html": explanation._repr_html_()})
