@@ -494,15 +494,14 @@ def _out_sources(
         if type(value) not in _NOTHING_TO_HOLD  # most outputs are text and numbers
     }
     inventory = scan({label: value for label, (_, value) in labels.items()})
-    roots = set(inventory.names())
     tensor_type = sys.modules["torch"].Tensor
     unders = [(a, namespace.get(a)) for a in ("_", "__", "___")]
     sources = []
     for label, (key, value) in labels.items():
         graph = [] if type(value) is tensor_type and value.grad_fn is None else _graph_roots(value)
-        if label not in roots and not graph:
+        keys = _root_keys(inventory, label)
+        if not keys and not graph:
             continue
-        keys = _root_keys(inventory, label) if label in roots else {}
         if graph:
             keys.update(_keys_of({label: graph_tensors(graph)})[1])
         if not keys:
