@@ -4,7 +4,8 @@ memory; device-mismatch errors explained; safe one-click moves between devices.
     %load_ext torchdevice_magic
 
 Public API (the pure core, usable without IPython): :func:`scan`, :func:`move`,
-:func:`diagnose`, :func:`holders`. Importing this package never imports torch.
+:func:`diagnose`, :func:`holders`, :func:`trace` (and its :class:`Tracer`). Importing this
+package never imports torch.
 """
 
 from __future__ import annotations
@@ -67,6 +68,25 @@ def holders(namespace: Any, device: str | None = None, **options: Any) -> Any:
     return _holders(namespace, device, **options)
 
 
+def trace(cell: str, namespace: Any = None, **options: Any) -> Any:
+    """Run ``cell`` in ``namespace`` under the device tracer and return its ``TraceReport``:
+    the first op mixing devices, copies between devices and host reads per line (see
+    :mod:`.trace`)."""
+    from .trace import trace as _trace
+
+    return _trace(cell, namespace, **options)
+
+
+def __getattr__(name: str) -> Any:
+    # the recorder as a context manager and its report type, without importing them up front
+    if name in ("Tracer", "TraceReport"):
+        import importlib
+
+        # (``from . import trace`` would give the function of that name, not the module)
+        return getattr(importlib.import_module(f"{__name__}.trace"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def load_ipython_extension(ipython: Any) -> None:
     from .session import load
 
@@ -83,4 +103,16 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "torchdevice-magic"}]
 
 
-__all__ = ["Inventory", "Record", "Scanner", "scan", "move", "diagnose", "holders", "__version__"]
+__all__ = [
+    "Inventory",
+    "Record",
+    "Scanner",
+    "TraceReport",
+    "Tracer",
+    "scan",
+    "move",
+    "diagnose",
+    "trace",
+    "holders",
+    "__version__",
+]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -63,6 +65,12 @@ class DeviceMagics(Magics):
         help="Fail the cell (after it ran) if what it read or created spans more than one "
         "device. Useful for notebooks run in CI.",
     )
+    @argument(
+        "--trace",
+        action="store_true",
+        help="Trace the cell's tensor ops: the first op that mixes devices (line, module, "
+        "variables), copies between devices and values read back to the host, per line.",
+    )
     @argument("--quiet", action="store_true", help="Report only warnings and errors.")
     @argument(
         "--all", action="store_true", help="Report the whole namespace, not just the cell's names."
@@ -79,6 +87,10 @@ class DeviceMagics(Magics):
 
             %%devicecheck --to cuda:0 --strict
             loss = criterion(model(inputs), targets)
+
+            %%devicecheck --trace
+            for batch in loader:
+                loss = model(batch.to("cuda")).sum()
         """
         args = parse_argstring(self.devicecheck, line)
         session = self.session
@@ -89,14 +101,20 @@ class DeviceMagics(Magics):
         if move_to is not None:
             self._move_before_running(read, move_to)
 
+        tracer = self._tracer(cell) if args.trace else None
         session.suppress_auto_diagnosis += 1
         try:
-            result = self.shell.run_cell(cell, store_history=False)
+            with tracer if tracer is not None else contextlib.nullcontext():
+                result = self.shell.run_cell(cell, store_history=False)
         finally:
             session.suppress_auto_diagnosis -= 1
 
         inventory = session.rescan(cell_names(cell, self.shell))
         error = result.error_in_exec or result.error_before_exec
+        if tracer is not None and result.error_before_exec is None:
+            # the first divergence (line, module, variables) comes before the diagnosis
+            report = tracer.report(result.error_in_exec)
+            session.publish({"text/plain": report.text(), "text/html": report._repr_html_()})
         if error is not None:
             fix_target = target or move_to or session.default_target()
             diagnosis = session.show_diagnosis(error, cell, target=fix_target)
@@ -114,6 +132,19 @@ class DeviceMagics(Magics):
             if args.strict:
                 raise MixedDevicesError(message)
             print(f"⚠ {message}")
+
+    def _tracer(self, cell: str) -> Any:
+        if "torch" not in sys.modules:  # never imported on the user's behalf
+            print("%%devicecheck --trace: torch is not imported yet, nothing to trace")
+            return None
+        from .trace import Tracer
+
+        return Tracer(self.session.namespace, source=cell, file_label=self._cell_label)
+
+    def _cell_label(self, filename: str) -> str | None:
+        """An earlier cell's code file as IPython's tracebacks show it: ``In[3]``."""
+        named = self.shell.compile.format_code_name(filename)  # type: ignore[union-attr]
+        return named[1] if named else None
 
     def _checked_device(self, text: str, option: str) -> str:
         from .moves import MoveError, resolve_device
