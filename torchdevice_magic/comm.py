@@ -138,6 +138,19 @@ class SidebarChannel:
         """After a cell or an action: send each sidebar what changed, or nothing."""
         if not self.comms:
             return
+        sent = self._push_window(session)
+        if sent:
+            # the memory chart's rows (torchdevice_magic.memory), after what changed; a cell
+            # that changed nothing tensor-related sends nothing, this included
+            timeline_message = getattr(session, "timeline_message", None)
+            message = timeline_message() if timeline_message is not None else None
+            if message is not None:
+                self.broadcast("timeline", rows=message["rows"])
+
+    def _push_window(self, session: Any) -> bool:
+        """Send each sidebar its window's delta (or whole view); whether anything
+        tensor-related changed (then the memory timeline follows)."""
+        sent = False
         inventory = session.current_inventory()
         records = inventory.records if inventory.torch_imported else []
         for subscriber in list(self.comms.values()):
@@ -147,16 +160,19 @@ class SidebarChannel:
                 and subscriber.header["torch_imported"] != inventory.torch_imported
             ):
                 self._send(subscriber, self._view(subscriber))
+                sent = True
                 continue
             delta = live.update(records)
             if delta is None and not live.records_changed and session.actions == subscriber.actions:
                 continue  # nothing tensor-related changed: send nothing
+            sent = True  # something changed, if perhaps outside this window
             subscriber.actions = session.actions
             header = session.header(subscriber.target, counts=live.counts)
             if header.target != live.target:
                 # the default target changed (a device appeared, meta was turned on): the
                 # rows' buttons depend on it, so send the whole window again
                 self._send(subscriber, self._view(subscriber))
+                sent = True
                 continue
             wire = header.to_wire()
             changed_header = wire != subscriber.header
@@ -179,6 +195,7 @@ class SidebarChannel:
                     window=delta.to_wire(),
                 ),
             )
+        return sent
 
     def send_rerun(self, cell_id: str) -> bool:
         """Ask the notebook to run one of its cells again (after a one-click fix). False when

@@ -18,6 +18,7 @@ The conversation::
                                           ``delta`` or ``view``
     ``%unload_ext``                    -> ``unloaded``, then the comm closes
     a one-click fix under a diagnosis  -> ``rerun`` (the notebook runs that cell again)
+    after a cell that changed tensors  -> ``timeline`` too (memory per cell: the chart)
 
 Every request is checked against the table before anything runs: a message that does not
 match raises :class:`ProtocolError` (the kernel answers with an error reply, nothing runs).
@@ -96,6 +97,16 @@ STRUCTS: dict[str, dict[str, str]] = {
         "total": "int",
     },
     "Skip": {"name": "str", "reason": "str"},
+    # memory per cell and device (torchdevice_magic.memory): the sidebar's small chart
+    "TimelineRow": {
+        "cell": "int",
+        "device": "str",
+        "bytes": "int",
+        "delta": "int",
+        "peak": "int?",
+        "changes": "list[any]",  # [name, bytes] pairs: check_timeline checks them
+        "note": "str",
+    },
     "Outcome": {
         "action": "str",
         "ok": "bool",
@@ -127,6 +138,8 @@ MESSAGES: dict[str, dict[str, Any]] = {
         "fields": {"request_id": "str", "ok": "bool", "message": "str", "outcome": "Outcome?"},
     },
     "unloaded": {"from": "kernel", "fields": {"message": "str"}},
+    # memory per cell and device, oldest first, at most TIMELINE_ROWS (memory)
+    "timeline": {"from": "kernel", "fields": {"rows": "list[TimelineRow]"}},
     # after a one-click fix under a diagnosis: the notebook runs that cell again (diagnose)
     "rerun": {"from": "kernel", "fields": {"cell_id": "str"}},
     # sidebar -> kernel
@@ -319,6 +332,42 @@ def rerun(cell_id: str) -> dict[str, Any]:
     check(cell_id, "str", "cell_id")
     _short(cell_id, "cell_id")
     return envelope("rerun", cell_id=cell_id)
+
+
+#: Most timeline rows sent at once (the chart shows the recent cells).
+TIMELINE_ROWS = 200
+_TIMELINE_ROW_FIELDS = tuple(STRUCTS["TimelineRow"])
+
+
+def timeline(rows: list[dict[str, Any]], *, seq: int = 0) -> dict[str, Any]:
+    """The ``timeline`` message from :meth:`memory.Timeline.to_json` rows (the last
+    ``TIMELINE_ROWS``), checked against the schema before it is sent."""
+    message = envelope(
+        "timeline",
+        seq=seq,
+        rows=[{key: row[key] for key in _TIMELINE_ROW_FIELDS} for row in rows[-TIMELINE_ROWS:]],
+    )
+    check_timeline(message)
+    return message
+
+
+def check_timeline(message: Any) -> None:
+    """Assert the shape of a ``timeline`` message (the schema, and the [name, bytes] pairs)."""
+    if not isinstance(message, dict) or message.get("type") != "timeline":
+        raise ProtocolError("not a timeline message")
+    check_message(message)
+    if len(message["rows"]) > TIMELINE_ROWS:
+        raise ProtocolError(f"timeline: 'rows' must be a list of at most {TIMELINE_ROWS}")
+    for row in message["rows"]:
+        for change in row["changes"]:
+            if (
+                not isinstance(change, list)
+                or len(change) != 2
+                or not isinstance(change[0], str)
+                or not isinstance(change[1], int)
+                or isinstance(change[1], bool)
+            ):
+                raise ProtocolError("timeline row: 'changes' are [name, bytes] pairs")
 
 
 def outcome(

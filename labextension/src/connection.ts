@@ -33,6 +33,7 @@ import {
   PROTOCOL_VERSION,
   ToKernel
 } from './protocol';
+import { ITimelineMessage, timelineProblem } from './timeline';
 import { messageProblem } from './validate';
 import { applyDelta, fromView, IMirror } from './window';
 
@@ -157,6 +158,11 @@ export class DeviceConnection {
 
   get state(): ConnectionState {
     return this._state;
+  }
+
+  /** The last memory timeline (timeline.ts), or null before the first. */
+  get timeline(): ITimelineMessage | null {
+    return this._timeline;
   }
 
   /** The window and header the kernel last sent (deltas applied); kept while busy. */
@@ -573,6 +579,13 @@ export class DeviceConnection {
       case 'reply':
         this._onReply(message);
         break;
+      case 'timeline':
+        // the memory chart's rows (timeline.ts); rows it cannot draw are dropped
+        if (timelineProblem(message) === null) {
+          this._timeline = message as unknown as ITimelineMessage;
+          this._changed.emit();
+        }
+        break;
       case 'rerun':
         if (message.cell_id.length > 0) {
           this._rerunRequested.emit(message.cell_id);
@@ -679,6 +692,7 @@ export class DeviceConnection {
 
   private _forgetSnapshot(): void {
     this._view = null;
+    this._timeline = null;
     this._snapshotActionKey = undefined;
   }
 
@@ -704,6 +718,7 @@ export class DeviceConnection {
   private _comm: Comm | null = null;
   private _state: ConnectionState = 'no-kernel';
   private _view: IMirror | null = null;
+  private _timeline: ITimelineMessage | null = null;
   private _spec: IWindowSpec = { ...DEFAULT_SPEC };
   private _status: IStatusLine | null = null;
   private _language: string | null = null;

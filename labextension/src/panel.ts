@@ -16,6 +16,7 @@ import { Widget } from '@lumino/widgets';
 
 import { ConnectionState, DeviceConnection } from './connection';
 import { IAction, IDeviceBar, IHeader, IRow, IWindowSpec } from './protocol';
+import { TimelineChart } from './timeline';
 import { IMirror, orderedRows } from './window';
 
 export const PAGE_SIZE = 200;
@@ -221,7 +222,14 @@ export class DevicePanel extends Widget {
     this._statusNode.setAttribute('role', 'status');
     this._statusNode.setAttribute('aria-live', 'polite');
 
-    this.node.append(header, this._noticeNode, this._busyNode, this._contentNode, this._statusNode);
+    this.node.append(
+      header,
+      this._noticeNode,
+      this._busyNode,
+      this._contentNode,
+      this._timelineChart.node,
+      this._statusNode
+    );
 
     this._refreshButton.addEventListener('click', () => this._connection?.refresh());
     this._loadButton.addEventListener('click', () => void this._connection?.loadExtension());
@@ -298,6 +306,7 @@ export class DevicePanel extends Widget {
     const showView = state === 'ready' && view !== null;
     const torchImported = showView && view.header.torch_imported;
 
+    this._timelineChart.render(showView ? (connection?.timeline ?? null) : null);
     this.node.dataset.state = state;
     this.node.dataset.busy = String(Boolean(connection?.busy));
     this.node.dataset.views = String(connection?.received.view ?? 0);
@@ -581,6 +590,7 @@ export class DevicePanel extends Widget {
   private _pageText = el('span', `${CLASS}-pageText`);
   private _nextButton = button(`${CLASS}-next`, 'Next ›', 'Next page of rows');
   private _statusNode = el('div', `${CLASS}-status`);
+  private _timelineChart = new TimelineChart();
 }
 
 function percent(fraction: number): string {

@@ -89,6 +89,16 @@ export interface ISkip {
   reason: string;
 }
 
+export interface ITimelineRow {
+  cell: number;
+  device: string;
+  bytes: number;
+  delta: number;
+  peak: number | null;
+  changes: unknown[];
+  note: string;
+}
+
 export interface IOutcome {
   action: string;
   ok: boolean;
@@ -135,6 +145,12 @@ export interface IUnloadedMessage extends IEnvelope {
   message: string;
 }
 
+export interface ITimelineMessage extends IEnvelope {
+  type: 'timeline';
+  seq: number;
+  rows: ITimelineRow[];
+}
+
 export interface IRerunMessage extends IEnvelope {
   type: 'rerun';
   seq: number;
@@ -164,7 +180,7 @@ export interface IUndoMessage extends IEnvelope {
   request_id: string;
 }
 
-export type FromKernel = IViewMessage | IDeltaMessage | IReplyMessage | IUnloadedMessage | IRerunMessage;
+export type FromKernel = IViewMessage | IDeltaMessage | IReplyMessage | IUnloadedMessage | ITimelineMessage | IRerunMessage;
 export type ToKernel = IWindowMessage | IRefreshMessage | IMoveMessage | IUndoMessage;
 
 /** The schema itself, for the runtime checks in validate.ts. */
@@ -244,6 +260,15 @@ export const SCHEMA = {
       "name": "str",
       "reason": "str"
     },
+    "TimelineRow": {
+      "cell": "int",
+      "device": "str",
+      "bytes": "int",
+      "delta": "int",
+      "peak": "int?",
+      "changes": "list[any]",
+      "note": "str"
+    },
     "Outcome": {
       "action": "str",
       "ok": "bool",
@@ -283,6 +308,12 @@ export const SCHEMA = {
       "from": "kernel",
       "fields": {
         "message": "str"
+      }
+    },
+    "timeline": {
+      "from": "kernel",
+      "fields": {
+        "rows": "list[TimelineRow]"
       }
     },
     "rerun": {

@@ -10,7 +10,18 @@ describe('schema', () => {
   it('is version 2 and lists every message type', () => {
     expect(PROTOCOL_VERSION).toBe(2);
     expect(Object.keys(SCHEMA.messages).sort()).toEqual(
-      ['delta', 'move', 'refresh', 'reply', 'rerun', 'undo', 'unloaded', 'view', 'window'].sort()
+      [
+        'delta',
+        'move',
+        'refresh',
+        'reply',
+        'rerun',
+        'timeline',
+        'undo',
+        'unloaded',
+        'view',
+        'window'
+      ].sort()
     );
   });
 
