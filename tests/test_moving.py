@@ -473,7 +473,10 @@ def test_already_on_target_is_skipped() -> None:
         "model",
         "already on meta",
     ) in result.skipped
-    assert result.summary() == "Nothing to move to meta; 2 skipped"
+    assert result.summary() in (
+        "Nothing to move to meta; skipped m (already on meta), model (already on meta)",
+        "Nothing to move to meta; skipped model (already on meta), m (already on meta)",
+    )
     assert result.undo is not None and not result.can_undo
 
 
@@ -973,3 +976,12 @@ def test_importing_the_engine_imports_neither_torch_nor_ipython() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_summary_names_what_was_skipped_and_why() -> None:
+    ns = {f"t{i}": torch.ones(1, device="meta") for i in range(5)}
+    ns["x"] = torch.ones(2)
+    text = move(ns, "meta").summary()
+    assert (
+        "; skipped t0 (already on meta), t1 (already on meta), t2 (already on meta), 2 more" in text
+    )

@@ -199,6 +199,9 @@ def _define_wrapper() -> type:
             # pickling (torch.save, copy.deepcopy) keeps the values and the device
             return (_rebuild, (self.host,))
 
+    # Tables and diagnoses show a tensor's type name; on a real accelerator it is "Tensor", and a
+    # notebook on the simulated device should read the same ("SimulatedTensor" is plumbing).
+    SimulatedTensor.__name__ = SimulatedTensor.__qualname__ = "Tensor"
     return SimulatedTensor
 
 

@@ -82,7 +82,7 @@ class MoveResult:
         """One line for a status bar, e.g. ``Moved 3 objects (1.2 MiB) to meta in 4 ms``."""
         if self.failed is not None:
             return one_line(f"Nothing was moved: {self.failed}")
-        skipped = f"; {len(self.skipped)} skipped" if self.skipped else ""
+        skipped = _skipped_text(self.skipped)
         if not self.moved:
             return f"Nothing to move to {self.device}{skipped}"
         n = len(self.moved)
@@ -92,7 +92,10 @@ class MoveResult:
         )
         if self.still_held_bytes:
             held = format_bytes(self.still_held_bytes)
-            text += f"; {held} still held on the old device by other references"
+            text += (
+                f"; {held} still held on the old device by other references "
+                "(%devices --holders names them)"
+            )
         return text
 
     def undo(self, *, progress: ProgressCallback | None = None) -> MoveResult:
@@ -118,3 +121,13 @@ class MoveResult:
         if result.failed is None:
             record.used = True
         return result
+
+
+def _skipped_text(skipped: list[tuple[str, str]], shown: int = 3) -> str:
+    """What was left where it was, in words: ``; skipped model (already on cuda:0)``."""
+    if not skipped:
+        return ""
+    parts = [f"{name} ({reason})" for name, reason in skipped[:shown]]
+    if len(skipped) > shown:
+        parts.append(f"{len(skipped) - shown} more")
+    return "; skipped " + ", ".join(parts)
