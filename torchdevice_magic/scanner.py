@@ -346,7 +346,7 @@ def _read_columns(
     T: TorchTypes,
     names: list[str],
     tensors: list[Any],
-    types: list[type],
+    types: list[type] | None,
     ids: list[int],
     into: dict[str, Any],
 ) -> tuple[_Columns, list[str]]:
@@ -354,7 +354,8 @@ def _read_columns(
     unbound methods and ``attrgetter``s, so the per-tensor loop runs in C), a batch of
     :data:`COLUMN_BATCH` tensors at a time. Grad-carrying tensors, Parameters and storages
     without a data pointer (empty, meta, wrapper devices) go to ``into`` one at a time.
-    Returns the columns and the names to look at in every rescan."""
+    ``types``: each tensor's type (None: all exact ``torch.Tensor``). Returns the columns and
+    the names to look at in every rescan."""
     untyped_storage = T.Tensor.untyped_storage
     data_ptr, nbytes = T.UntypedStorage.data_ptr, T.UntypedStorage.nbytes
     pointers: list[int] = []
@@ -379,14 +380,10 @@ def _read_columns(
                 del column[start:]
                 column += [placeholder] * len(batch)
     volatile: list[str] = []
-    if 0 in pointers or True in requires_grad or T.Parameter in types:
-        simple = list(
-            map(
-                and_,
-                map(and_, map(bool, pointers), map(not_, requires_grad)),
-                map(is_, types, repeat(T.Tensor)),
-            )
-        )
+    if 0 in pointers or True in requires_grad or (types is not None and T.Parameter in types):
+        simple = list(map(and_, map(bool, pointers), map(not_, requires_grad)))
+        if types is not None:
+            simple = list(map(and_, simple, map(is_, types, repeat(T.Tensor))))
         other = list(map(not_, simple))
         volatile = _batch_careful(
             T, list(compress(names, other)), list(compress(tensors, other)), into
@@ -1244,26 +1241,28 @@ def _full_scan(
     lookup: dict[str, Any] | None = None,
 ) -> _State:
     """Everything in the namespace (``lookup``: the namespace itself when it is a dict)."""
-    types = list(map(type, values))
     # Plain tensors and Parameters, most of a namespace, are picked out column-wise.
-    if all(map(is_, types, repeat(T.Tensor))):  # tensors only (by identity, in C)
-        plain = None
-        plain_names, plain_tensors, plain_types, plain_ids = keys, values, types, ids
+    plain: list[bool] | None = None
+    plain_types: list[type] | None = None  # None: every one an exact torch.Tensor
+    if all(map(is_, map(type, values), repeat(T.Tensor))):  # tensors only (identity, in C)
+        plain_names, plain_tensors, plain_ids = keys, values, ids
     else:
+        types = list(map(type, values))
         plain = list(map({T.Tensor, T.Parameter}.__contains__, types))
         plain_names, plain_tensors, plain_types, plain_ids = (
             list(compress(column, plain)) for column in (keys, values, types, ids)
         )
     if _any_bookkeeping(T, plain_names, lookup):  # `_`, `_12`... can hold a tensor
         keep = _not_bookkeeping(plain_names)
-        plain_names, plain_tensors, plain_types, plain_ids = (
-            list(compress(column, keep))
-            for column in (plain_names, plain_tensors, plain_types, plain_ids)
+        plain_names, plain_tensors, plain_ids = (
+            list(compress(column, keep)) for column in (plain_names, plain_tensors, plain_ids)
         )
+        if plain_types is not None:
+            plain_types = list(compress(plain_types, keep))
     entries: dict[str, Any] = {}
     volatile: set[str] = set()
     watched: set[str] = set()
-    if plain is not None and False in plain:
+    if plain is not None:
         # the rest, less what cannot hold a tensor (numbers, strings, functions: known kinds)
         rest = list(map(not_, plain))
         rest_kinds = list(map(T.kinds.get, compress(types, rest)))
