@@ -122,8 +122,24 @@ def test_listed_in_interactive_shell_app_extensions():
 # -- automatic diagnosis: the seeds' scenarios, meta standing in for cuda -----------------------
 
 
-def test_model_on_one_device_input_on_the_other(ip):
+#: meta stands in for cuda only where the user says so (as the notebooks do); by default nothing
+#: real is moved to meta (the fix materialises the model instead, see test_diagnose_fixes.py)
+STAND_IN = "%config TorchDeviceMagic.allow_meta_target = True"
+
+
+@pytest.fixture
+def stand_in(ip):
+    """Run a test with meta as the stand-in accelerator; the shell's config is shared by later
+    tests, so it is switched off again afterwards."""
+    yield lambda: run(ip, STAND_IN)
+    run(ip, "%config TorchDeviceMagic.allow_meta_target = False")
+
+
+def test_model_on_one_device_input_on_the_other(ip, stand_in):
     run(ip, SETUP)
+    _, _, shown = run(ip, "y = model(x)")
+    assert 'Fix: model.to_empty(device="cpu")' in shown
+    stand_in()
     result, _, shown = run(ip, "y = model(x)")
     assert isinstance(result.error_in_exec, RuntimeError)
     assert "model (Linear, 32 B) is on meta" in shown
@@ -131,16 +147,18 @@ def test_model_on_one_device_input_on_the_other(ip):
     assert 'Fix: x = x.to("meta")' in shown
 
 
-def test_dataloader_loop_whose_batch_stays_behind(ip):
+def test_dataloader_loop_whose_batch_stays_behind(ip, stand_in):
     run(ip, SETUP)
+    stand_in()
     _, _, shown = run(ip, "for batch_X, batch_y in loader:\n    out = model(batch_X)")
     assert "model (Linear, 32 B) is on meta" in shown
     assert "batch_X (Tensor, 48 B) is on cpu" in shown
     assert 'batch_X = batch_X.to("meta")' in shown
 
 
-def test_error_inside_a_function_names_its_locals(ip):
+def test_error_inside_a_function_names_its_locals(ip, stand_in):
     run(ip, SETUP)
+    stand_in()
     _, _, shown = run(ip, "train(model, loader)")
     assert "batch_X (Tensor, 48 B, in train()) is on cpu" in shown
     assert "model (Linear, 32 B) is on meta" in shown

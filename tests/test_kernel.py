@@ -45,10 +45,12 @@ def test_real_kernel_explains_a_device_mismatch_in_the_cell_output():
     explained = cell_text(failing)
     assert "model (Linear, 32 B) is on meta" in explained
     assert "x (Tensor, 48 B) is on cpu" in explained
-    assert 'Fix: x = x.to("meta")' in explained
-    # the diagnosis comes after the traceback, in the same cell
+    # nothing real is moved to meta by default: the meta model is materialised instead
+    assert 'Fix: model.to_empty(device="cpu")' in explained
+    # the diagnosis comes first, then the traceback with torch's own frames collapsed
     kinds = [o.output_type for o in failing.outputs]
-    assert kinds.index("error") < kinds.index("display_data")
+    assert kinds.index("display_data") < kinds.index("error")
+    assert "frames inside torch hidden" in explained
 
     strict = nb.cells[3]
     strict_errors = [o for o in strict.outputs if o.output_type == "error"]

@@ -542,7 +542,7 @@ def _state(ns: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 def test_property_scan_and_move_agree_and_undo_is_exact(simulated_device: str) -> None:
     from hypothesis import HealthCheck, given, settings
 
-    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
     @given(_specs())
     def check(spec: dict[str, Any]) -> None:
         torch.manual_seed(0)
@@ -716,3 +716,47 @@ def test_torchscript_in_place_moves_are_checked_and_rolled_back() -> None:
     job.restore()
     assert list(scripted.parameters()) == params
     assert all(torch.equal(p, v) for p, v in zip(params, values, strict=True))
+
+
+def _exact(ns: dict[str, Any]) -> list[tuple[str, int, Any]]:
+    """(path, id, device) of every composite and tensor the walker reaches: 'exactly as
+    before' for containers changed in place."""
+    T = objects.TorchTypes.current()
+    out: list[tuple[str, int, Any]] = []
+    for name, value in ns.items():
+        walked = objects.walk(T, value, name)
+        out.extend((node.path, id(node.value), None) for node in walked.nodes)
+        out.extend(
+            (leaf.path, id(leaf.value), getattr(leaf.value, "device", None))
+            for leaf in walked.leaves
+        )
+    out.extend((path, id(t), t.device) for path, t in all_tensors(ns))
+    return out
+
+
+@pytest.mark.parametrize("where", ["set_child", "to"])
+def test_a_failure_part_way_leaves_every_container_exactly_as_before(
+    monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Every k-th put-back (the commit) or copy fails in turn: the namespace, the containers
+    changed in place and the objects' attributes are exactly as before each time."""
+    from test_moving import CountingFault
+
+    owner: Any = objects if where == "set_child" else torch.Tensor
+    real = getattr(owner, where)
+    k = 0
+    while True:
+        k += 1
+        assert k < 200, "the move never completed"
+        ns = reach_namespace()
+        before = _exact(ns)
+        fault = CountingFault(real, k, RuntimeError(f"fault #{k}"))
+        with monkeypatch.context() as m:
+            m.setattr(owner, where, fault)
+            result = move(ns, "meta")
+        if fault.calls < k:
+            assert result.ok
+            break
+        assert not result.ok and f"fault #{k}" in (result.failed or ""), result.failed
+        assert _exact(ns) == before, f"fault #{k}"
+    assert k > 5

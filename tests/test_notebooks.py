@@ -143,7 +143,9 @@ def row(lines: list[str], name: str) -> str:
 
 
 def test_the_notebooks_are_the_four_stories():
-    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(FAILING_CELLS)
+    # 05_memory.ipynb is the memory story, run and checked by tests/test_notebook_memory.py
+    stories = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb") if p.name != "05_memory.ipynb")
+    assert stories == sorted(FAILING_CELLS)
 
 
 @pytest.mark.parametrize("name", sorted(FAILING_CELLS))
@@ -179,7 +181,7 @@ def test_01_the_error(run_notebook):
     assert "x (Tensor, 160 B) is on cpu" in diagnosis
     assert f'Fix: x = x.to("{device}' in diagnosis
     kinds = [o.output_type for o in failing.outputs]
-    assert kinds.index("error") < kinds.index("display_data"), "explained under the traceback"
+    assert kinds.index("display_data") < kinds.index("error"), "the diagnosis before the traceback"
 
     displays_widget(cell(nb, "table"))
 

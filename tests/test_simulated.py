@@ -119,3 +119,32 @@ def test_nothing_is_registered_on_import() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.simulated
+def test_losses_and_a_transformer_block_match_cpu(simulated_device: str) -> None:
+    """Structured and composite kernels (mse_loss, cross_entropy, layer norm, attention) run on
+    the host values: results have the real shapes and equal the CPU's."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    a, b = torch.randn(8, 1), torch.randn(8, 1)
+    loss = F.mse_loss(a.to(simulated_device), b.to(simulated_device))
+    assert loss.shape == () and torch.equal(loss.cpu(), F.mse_loss(a, b))
+    logits, labels = torch.randn(4, 3), torch.tensor([0, 1, 2, 1])
+    ce = F.cross_entropy(logits.to(simulated_device), labels.to(simulated_device))
+    assert ce.shape == () and torch.allclose(ce.cpu(), F.cross_entropy(logits, labels))
+
+    block = torch.nn.TransformerEncoderLayer(
+        16, 2, dim_feedforward=32, dropout=0.0, batch_first=True
+    )
+    twin = copy.deepcopy(block).to(simulated_device)
+    x = torch.randn(2, 5, 16)
+    out_cpu, out_device = block(x), twin(x.to(simulated_device))
+    assert out_device.shape == out_cpu.shape
+    assert torch.allclose(out_device.cpu(), out_cpu, atol=1e-6)
+    out_cpu.pow(2).mean().backward()
+    out_device.pow(2).mean().backward()
+    for p_cpu, p_device in zip(block.parameters(), twin.parameters(), strict=True):
+        assert str(p_device.grad.device) == simulated_device
+        assert torch.allclose(p_device.grad.cpu(), p_cpu.grad, atol=1e-6)

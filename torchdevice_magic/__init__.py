@@ -4,15 +4,41 @@ memory; device-mismatch errors explained; safe one-click moves between devices.
     %load_ext torchdevice_magic
 
 Public API (the pure core, usable without IPython): :func:`scan`, :func:`move`,
-:func:`diagnose`. Importing this package never imports torch.
+:func:`diagnose`, :func:`holders`, :func:`trace` (and its :class:`Tracer`). Importing this
+package never imports torch.
 """
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any
 
-from .records import Record
-from .scanner import Inventory, Scanner, scan
+
+class _Package(types.ModuleType):
+    """This package's module type: its public functions stay functions.
+
+    Importing a submodule binds it as an attribute of its parent package (``import
+    torchdevice_magic.diagnose`` sets ``torchdevice_magic.diagnose`` to the module), which
+    would shadow the function of the same name after any import order. A public function
+    name is never rebound to a module; the submodule stays reachable through ``sys.modules``
+    and ``from torchdevice_magic.diagnose import ...``.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _FUNCTIONS and isinstance(value, types.ModuleType):
+            current = self.__dict__.get(name)
+            if callable(current) and not isinstance(current, types.ModuleType):
+                return
+        super().__setattr__(name, value)
+
+
+#: Public names that are functions even where a submodule of the same name exists.
+_FUNCTIONS = frozenset({"scan", "move", "diagnose", "trace", "holders"})
+sys.modules[__name__].__class__ = _Package
+
+from .records import Record  # noqa: E402
+from .scanner import Inventory, Scanner, scan  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -33,6 +59,34 @@ def diagnose(
     return _diagnose(exc, namespace, cell, **options)
 
 
+def holders(namespace: Any, device: str | None = None, **options: Any) -> Any:
+    """What keeps tensor memory alive outside the named variables of ``namespace``: a list of
+    :class:`~torchdevice_magic.memory.Holder` (``.where``, ``.device``, ``.bytes``,
+    ``.release()``), biggest first (see :mod:`.memory`)."""
+    from .memory import holders as _holders
+
+    return _holders(namespace, device, **options)
+
+
+def trace(cell: str, namespace: Any = None, **options: Any) -> Any:
+    """Run ``cell`` in ``namespace`` under the device tracer and return its ``TraceReport``:
+    the first op mixing devices, copies between devices and host reads per line (see
+    :mod:`.trace`)."""
+    from .trace import trace as _trace
+
+    return _trace(cell, namespace, **options)
+
+
+def __getattr__(name: str) -> Any:
+    # the recorder as a context manager and its report type, without importing them up front
+    if name in ("Tracer", "TraceReport"):
+        import importlib
+
+        # (``from . import trace`` would give the function of that name, not the module)
+        return getattr(importlib.import_module(f"{__name__}.trace"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def load_ipython_extension(ipython: Any) -> None:
     from .session import load
 
@@ -49,4 +103,16 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "torchdevice-magic"}]
 
 
-__all__ = ["Inventory", "Record", "Scanner", "scan", "move", "diagnose", "__version__"]
+__all__ = [
+    "Inventory",
+    "Record",
+    "Scanner",
+    "TraceReport",
+    "Tracer",
+    "scan",
+    "move",
+    "diagnose",
+    "trace",
+    "holders",
+    "__version__",
+]

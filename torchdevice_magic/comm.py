@@ -74,14 +74,29 @@ class SidebarChannel:
         if not self.comms:
             return
         snapshot = session.snapshot()
+        # the memory chart's rows (torchdevice_magic.memory), after the snapshot
+        timeline_message = getattr(session, "timeline_message", None)
+        timeline = timeline_message() if timeline_message is not None else None
         for channel in list(self.comms.values()):
             self._send(channel, snapshot)
+            if timeline is not None:
+                self._send(channel, timeline)
 
     def _send(self, channel: Any, data: dict[str, Any]) -> None:
         try:
             channel.send(data)
         except Exception:
             log.debug("torchdevice_magic: sending to the sidebar failed", exc_info=True)
+
+    def send_rerun(self, cell_id: str) -> bool:
+        """Ask the notebook to run one of its cells again (after a one-click fix). False when
+        no sidebar is listening (VS Code, classic Notebook, nbconvert)."""
+        if not self.comms:
+            return False
+        data = protocol.rerun(cell_id)
+        for channel in list(self.comms.values()):
+            self._send(channel, data)
+        return True
 
     def _reply(self, request_id: str, ok: bool, message: str, outcome: Any = None) -> None:
         data = protocol.reply(request_id, ok, message, outcome)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import ast
+import contextlib
+import sys
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -31,21 +32,11 @@ class CellFailed(RuntimeError):
 
 
 def names_read(cell: str, shell: Any = None) -> list[str]:
-    """Top-level names a cell reads (the roots of ``model.fc.weight`` count as ``model``)."""
-    try:
-        tree = ast.parse(cell)
-    except SyntaxError:
-        try:
-            tree = ast.parse(shell.transform_cell(cell)) if shell is not None else None
-        except Exception:
-            tree = None
-    if tree is None:
-        return []
-    seen: dict[str, None] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            seen.setdefault(node.id)
-    return list(seen)
+    """Top-level names a cell reads (the roots of ``model.fc.weight`` count as ``model``); the
+    cell is parsed once for the hook, this magic and any diagnosis (:func:`.diagnose.parse_cell`)."""
+    from .diagnose import parse_cell
+
+    return list(parse_cell(cell, shell).names_read)
 
 
 @magics_class
@@ -74,6 +65,12 @@ class DeviceMagics(Magics):
         help="Fail the cell (after it ran) if what it read or created spans more than one "
         "device. Useful for notebooks run in CI.",
     )
+    @argument(
+        "--trace",
+        action="store_true",
+        help="Trace the cell's tensor ops: the first op that mixes devices (line, module, "
+        "variables), copies between devices and values read back to the host, per line.",
+    )
     @argument("--quiet", action="store_true", help="Report only warnings and errors.")
     @argument(
         "--all", action="store_true", help="Report the whole namespace, not just the cell's names."
@@ -90,6 +87,10 @@ class DeviceMagics(Magics):
 
             %%devicecheck --to cuda:0 --strict
             loss = criterion(model(inputs), targets)
+
+            %%devicecheck --trace
+            for batch in loader:
+                loss = model(batch.to("cuda")).sum()
         """
         args = parse_argstring(self.devicecheck, line)
         session = self.session
@@ -100,14 +101,20 @@ class DeviceMagics(Magics):
         if move_to is not None:
             self._move_before_running(read, move_to)
 
+        tracer = self._tracer(cell) if args.trace else None
         session.suppress_auto_diagnosis += 1
         try:
-            result = self.shell.run_cell(cell, store_history=False)
+            with tracer if tracer is not None else contextlib.nullcontext():
+                result = self.shell.run_cell(cell, store_history=False)
         finally:
             session.suppress_auto_diagnosis -= 1
 
         inventory = session.rescan(cell_names(cell, self.shell))
         error = result.error_in_exec or result.error_before_exec
+        if tracer is not None and result.error_before_exec is None:
+            # the first divergence (line, module, variables) comes before the diagnosis
+            report = tracer.report(result.error_in_exec)
+            session.publish({"text/plain": report.text(), "text/html": report._repr_html_()})
         if error is not None:
             fix_target = target or move_to or session.default_target()
             diagnosis = session.show_diagnosis(error, cell, target=fix_target)
@@ -125,6 +132,19 @@ class DeviceMagics(Magics):
             if args.strict:
                 raise MixedDevicesError(message)
             print(f"⚠ {message}")
+
+    def _tracer(self, cell: str) -> Any:
+        if "torch" not in sys.modules:  # never imported on the user's behalf
+            print("%%devicecheck --trace: torch is not imported yet, nothing to trace")
+            return None
+        from .trace import Tracer
+
+        return Tracer(self.session.namespace, source=cell, file_label=self._cell_label)
+
+    def _cell_label(self, filename: str) -> str | None:
+        """An earlier cell's code file as IPython's tracebacks show it: ``In[3]``."""
+        named = self.shell.compile.format_code_name(filename)  # type: ignore[union-attr]
+        return named[1] if named else None
 
     def _checked_device(self, text: str, option: str) -> str:
         from .moves import MoveError, resolve_device
@@ -158,18 +178,46 @@ class DeviceMagics(Magics):
         action="store_true",
         help="Also list tensors kept alive only by the output history (Out[12], _).",
     )
-    @argument("-o", "--output", action="store_true", help="Return a pandas DataFrame.")
+    @argument(
+        "-o",
+        "--output",
+        action="store_true",
+        help="Return a pandas DataFrame (with --holders: the list of holders).",
+    )
     @argument(
         "--text", action="store_true", help="Show the static table even where widgets render."
     )
+    @argument(
+        "--holders",
+        action="store_true",
+        help="What keeps tensor memory alive outside your named variables (the last error's "
+        "traceback, Out[N], autograd graphs, orphaned optimizer state, hook closures, ...).",
+    )
+    @argument(
+        "--release",
+        metavar="N",
+        type=int,
+        help="Release holder N of --holders (drops exactly that reference) and say what it freed.",
+    )
+    @argument(
+        "--timeline",
+        action="store_true",
+        help="Memory per cell and device: held bytes, change, CUDA peak, what grew.",
+    )
+    @argument("--last", metavar="N", type=int, help="With --timeline: only the last N rows.")
     @line_magic
     def devices(self, line: str = "") -> Any:
         """Show every tensor, module and optimizer in the namespace with its device and memory.
 
         In Jupyter this is a live table (sortable, with per-device totals and move buttons);
         elsewhere a text table. ``-o`` returns the DataFrame instead.
+
+        ``--holders`` lists what holds memory outside named variables, ``--release N`` frees
+        one of them, ``--timeline`` shows memory per cell.
         """
         args = parse_argstring(self.devices, line)
+        if args.holders or args.release is not None or args.timeline:
+            return self._memory(args)
         inventory = self.session.full_scan(include_hidden=args.hidden or None)
         if args.output:
             return inventory.to_frame()
@@ -179,6 +227,33 @@ class DeviceMagics(Magics):
             self.session.show(DeviceTable(self.session, include_hidden=args.hidden))
             return None
         self.session.show(inventory)
+        return None
+
+    def _memory(self, args: Any) -> Any:
+        from .units import format_bytes
+
+        if sum([args.holders, args.release is not None, args.timeline]) > 1:
+            raise UsageError("use one of --holders, --release N, --timeline")
+        timeline = self.session.timeline
+        if args.timeline:
+            if args.output:
+                return timeline.to_frame()
+            print(timeline.text(last=args.last))
+            return None
+        found = self.session.holders()
+        if args.holders:
+            if args.output:
+                return found
+            print(repr(found))
+            return None
+        if not 0 <= args.release < len(found):
+            raise UsageError(
+                f"--release {args.release}: there are {len(found)} holders (see %devices --holders)"
+            )
+        holder = found[args.release]
+        freed = holder.release()
+        print(f"{holder.where}: {holder.note}; freed {format_bytes(freed)}")
+        self.session.full_scan()
         return None
 
 

@@ -21,6 +21,7 @@ from traitlets import Bool, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from . import protocol
+from .memory import Timeline, device_figures, reset_peaks
 from .scanner import Inventory, Scanner, orphan_warning
 
 log = logging.getLogger("torchdevice_magic")
@@ -69,6 +70,18 @@ class TorchDeviceMagic(Configurable):
     row_limit = Int(
         protocol.DEFAULT_ROW_LIMIT, help="Most rows sent to the sidebar in one snapshot."
     ).tag(config=True)
+    show_full_traceback = Bool(
+        False,
+        help="After a device-mismatch error, show every traceback frame (by default torch's "
+        "own frames are collapsed under the diagnosis).",
+    ).tag(config=True)
+    track_peak = Bool(
+        True,
+        help="Measure each cell's peak CUDA memory: before every cell, reset the process-wide "
+        "peak counters (torch.cuda.reset_peak_memory_stats), so other code reading "
+        "max_memory_allocated sees the peak since the last cell. Only when CUDA is already "
+        "initialised (it is never initialised for this).",
+    ).tag(config=True)
 
 
 class DeviceSession:
@@ -88,6 +101,13 @@ class DeviceSession:
         self._warned: set[tuple] = set()
         self._hook_failed = False
         self.suppress_auto_diagnosis = 0
+        #: the running cell's ExecutionInfo (pre_run_cell): its source and cell id
+        self.running: Any = None
+        #: the error the custom exception handler already explained (not explained twice)
+        self._explained: BaseException | None = None
+        self._previous_custom_exc: tuple[Any, Any] | None = None
+        self.timeline = Timeline(last_error=self._last_cell_error)
+        self._peak_from_cell_start = False
         self.config.observe(self._config_changed)
 
     # -- the namespace ---------------------------------------------------------------------
@@ -221,7 +241,24 @@ class DeviceSession:
             row_limit=self.config.row_limit,
         )
 
-    # -- the post-execute hook ----------------------------------------------------------------
+    # -- the hooks ----------------------------------------------------------------------------
+    def pre_run_cell(self, info: Any = None) -> None:
+        """Before every cell: remember it (the exception handler explains errors with its
+        source), and reset the accelerator's peak counters (config ``track_peak``) so the
+        memory timeline can show this cell's peak. Never initialises a device; never raises."""
+        self.running = info
+        self._explained = None
+        self._peak_from_cell_start = False
+        if "torch" not in sys.modules:
+            return
+        try:
+            if self.config.track_peak:
+                reset = reset_peaks()
+                # None: not initialised yet, so a peak read after the cell is this cell's
+                self._peak_from_cell_start = reset is None or reset
+        except Exception:
+            log.debug("torchdevice_magic: could not reset the peak counters", exc_info=True)
+
     def post_run_cell(self, result: Any) -> None:
         """After every (non-silent) cell. Never raises into the user's session."""
         if "torch" not in sys.modules:
@@ -234,26 +271,208 @@ class DeviceSession:
                 log.exception("torchdevice_magic: the post-execute hook failed; it carries on")
 
     def _after_cell(self, result: Any) -> None:
-        cell = getattr(getattr(result, "info", None), "raw_cell", None) or ""
+        info = getattr(result, "info", None)
+        cell = getattr(info, "raw_cell", None) or ""
         names = cell_names(cell, self.shell)
         only_data = touches_only_data(names, self.namespace, self.inventory)
         inventory = self.rescan(names, recheck=not only_data)
         error = getattr(result, "error_in_exec", None)
-        if error is not None and self.config.auto_diagnose and not self.suppress_auto_diagnosis:
-            self.show_diagnosis(error, cell)
+        self.record_memory(result, names, inventory)
+        explained = error is not None and error is self._explained
+        self._explained = None
+        if (
+            error is not None
+            and not explained
+            and self.config.auto_diagnose
+            and not self.suppress_auto_diagnosis
+            # a device mismatch is explained by .diagnose; an out-of-memory error by .memory
+            and self.show_diagnosis(error, cell, cell_id=getattr(info, "cell_id", None)) is None
+        ):
+            self.show_oom(error)
         if self.config.warn_on_mixed:
             self._warn_new_mixed(inventory)
         if self.has_views():
             self.refresh_views()
 
-    def show_diagnosis(self, error: BaseException, cell: str, target: str | None = None) -> Any:
-        from .diagnose import diagnose
+    def diagnose(self, error: BaseException, cell: str, target: str | None = None) -> Any:
+        from .diagnose import diagnose, parse_cell
 
-        diagnosis = diagnose(error, self.namespace, cell, target=target)
+        return diagnose(
+            error,
+            self.namespace,
+            parse_cell(cell, self.shell),
+            target=target,
+            allow_meta=self.config.allow_meta_target,
+        )
+
+    def show_diagnosis(
+        self,
+        error: BaseException,
+        cell: str,
+        target: str | None = None,
+        cell_id: str | None = None,
+    ) -> Any:
+        diagnosis = self.diagnose(error, cell, target=target)
         if diagnosis is not None:
-            # text for terminals and logs, escaped HTML where a notebook renders it
-            self.publish({"text/plain": diagnosis.text(), "text/html": diagnosis._repr_html_()})
+            self.show_diagnosis_result(diagnosis, cell_id)
         return diagnosis
+
+    # -- memory: per-cell timeline, holders, out-of-memory (logic in .memory) ------------------
+    def record_memory(self, result: Any, names: tuple[str, ...], inventory: Inventory) -> None:
+        """Add this cell to the memory timeline (reusing the hook's scan); warn about leaks."""
+        cell = int(
+            getattr(result, "execution_count", None) or getattr(self.shell, "execution_count", 0)
+        )
+        try:
+            figures = device_figures()
+            if not self._peak_from_cell_start:  # the peak is since some earlier cell: not shown
+                figures = {d: (a, r, None) for d, (a, r, _) in figures.items()}
+            _, warnings = self.timeline.record(cell, inventory, self.namespace, names, cuda=figures)
+        except Exception:  # the timeline must never cost the user the diagnosis
+            log.exception("torchdevice_magic: recording this cell's memory failed")
+            return
+        for warning in warnings:
+            print(f"⚠ torchdevice_magic: {warning}", file=sys.stderr)
+
+    def holders(self, device: str | None = None) -> list[Any]:
+        from .memory import HolderList, holders
+
+        inventory = self.full_scan()
+        found = holders(
+            self.namespace,
+            device,
+            inventory=inventory,
+            forgotten=self.timeline.forgotten,
+            output_refs=self._drop_output_refs,
+            last_error=self._last_cell_error,
+        )
+        return HolderList(found)
+
+    def _last_cell_error(self) -> BaseException | None:
+        """The last failing cell's exception while IPython keeps it (until the next cell
+        ends): a device error shown with the short traceback leaves ``sys.last_value`` as it
+        was, yet its frames still hold the failed function's locals."""
+        result = getattr(self.shell, "last_execution_result", None)
+        error = getattr(result, "error_in_exec", None)
+        return error if isinstance(error, BaseException) else None
+
+    def _drop_output_refs(self, value: Any) -> None:
+        """A released ``Out`` entry is also kept by IPython's displayhook (its ``_``/``__``/
+        ``___``), by ``user_ns_hidden`` and by the last execution result: drop those too."""
+        shell = self.shell
+        hook = getattr(shell, "displayhook", None)
+        for attribute in ("_", "__", "___"):
+            if getattr(hook, attribute, None) is value:
+                setattr(hook, attribute, "")
+        hidden = getattr(shell, "user_ns_hidden", None)
+        if isinstance(hidden, dict):
+            for name in [n for n, v in hidden.items() if v is value]:
+                del hidden[name]
+        last = getattr(shell, "last_execution_result", None)
+        if last is not None and getattr(last, "result", None) is value:
+            last.result = None
+
+    def timeline_message(self) -> dict[str, Any] | None:
+        """The sidebar's ``timeline`` message (None before any cell was recorded)."""
+        if not self.timeline.rows:
+            return None
+        return protocol.timeline(self.timeline.to_json(protocol.TIMELINE_ROWS), seq=self.seq)
+
+    def show_oom(self, error: BaseException) -> Any:
+        from .memory import explain_oom
+
+        explanation = explain_oom(
+            error,
+            self.namespace,
+            inventory=self.inventory,
+            forgotten=self.timeline.forgotten,
+            last_error=self._last_cell_error,
+        )
+        if explanation is not None:
+            self.publish({"text/plain": explanation.text(), "text/html": explanation._repr_html_()})
+        return explanation
+
+    def show_diagnosis_result(self, diagnosis: Any, cell_id: str | None = None) -> None:
+        # text for terminals and logs, escaped HTML where a notebook renders it
+        self.publish({"text/plain": diagnosis.text(), "text/html": diagnosis._repr_html_()})
+        if diagnosis.action is not None and getattr(self.shell, "kernel", None) is not None:
+            from .fixbutton import fix_button
+
+            button = fix_button(self, diagnosis.action, cell_id)
+            if button is not None:
+                self.show(button)
+
+    def can_move(self, device: str, names: tuple[str, ...] | list[str]) -> str | None:
+        """None when the move engine accepts this move (planned, nothing done), else why not."""
+        try:
+            try:  # the move engine's planner (package ``moves``; ``moving`` before it)
+                from .moves import resolve_device  # type: ignore[import-not-found]
+                from .moves.plan import plan_move  # type: ignore[import-not-found]
+            except ImportError:
+                from .moving import _plan_move as plan_move
+                from .moving import resolve_device
+            dest = resolve_device(device, self.config.allow_meta_target)
+            plan_move(self.namespace, dest, list(names))
+        except Exception as error:  # MoveError: the planner refused, with its reason
+            return str(error) or type(error).__name__
+        return None
+
+    def request_rerun(self, cell_id: str | None) -> bool:
+        """Ask the notebook (through the sidebar's comm) to run the cell ``cell_id`` again;
+        False where no labextension is listening."""
+        channel = getattr(self, "channel", None)
+        if not cell_id or channel is None:
+            return False
+        return channel.send_rerun(cell_id)
+
+    # -- device errors: the diagnosis first, then a short traceback ------------------------------
+    def install_exception_handler(self) -> None:
+        shell = self.shell
+        if not hasattr(shell, "set_custom_exc"):
+            return
+        self._previous_custom_exc = (
+            getattr(shell, "custom_exceptions", ()),
+            getattr(shell, "CustomTB", None),
+        )
+        shell.set_custom_exc((Exception,), self._handle_exception)
+
+    def remove_exception_handler(self) -> None:
+        shell = self.shell
+        previous = self._previous_custom_exc
+        if previous is None or not hasattr(shell, "set_custom_exc"):
+            return
+        self._previous_custom_exc = None
+        exc_tuple, handler = previous
+        if exc_tuple:
+            shell.custom_exceptions, shell.CustomTB = exc_tuple, handler
+        else:
+            shell.set_custom_exc((), None)
+
+    def _handle_exception(
+        self, shell: Any, etype: Any, value: Any, tb: Any, tb_offset: Any = None
+    ) -> None:
+        """IPython's custom exception handler (called for every error a cell raises)."""
+        previous = self._previous_custom_exc
+        if previous and previous[0] and isinstance(value, previous[0]) and previous[1]:
+            return previous[1](etype, value, tb, tb_offset)  # another extension's handler
+        diagnosis = None
+        if self.config.auto_diagnose and not self.suppress_auto_diagnosis:
+            try:
+                running = self.running
+                cell = getattr(running, "raw_cell", None) or ""
+                diagnosis = self.diagnose(value, cell)
+                if diagnosis is not None:
+                    self.show_diagnosis_result(diagnosis, getattr(running, "cell_id", None))
+                    self._explained = value
+            except Exception:
+                log.exception("torchdevice_magic: explaining the error failed")
+                diagnosis = None
+        if diagnosis is None or self.config.show_full_traceback:
+            shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
+            return None
+        stb = short_traceback(shell, etype, value, tb, tb_offset)
+        shell._showtraceback(etype, value, stb)
+        return None
 
     def show(self, obj: Any) -> None:
         """Display through this session's own shell (not whichever shell is global)."""
@@ -302,21 +521,38 @@ def cell_names(cell: str, shell: Any = None) -> tuple[str, ...]:
     """The global names a cell mentions (a superset of those it binds), from its bytecode.
 
     The hook rescans tensors among these even when the id is unchanged: a freed tensor's id can
-    be reused by the new one the cell created under the same name. ``compile`` gives them in
-    C, cheaper than walking an AST after every cell.
+    be reused by the new one the cell created under the same name. The cell is parsed once
+    (:func:`.diagnose.parse_cell`); a diagnosis of the same cell reuses the parse.
     """
     if not cell:
         return ()
-    for source in (cell, None):
-        try:
-            if source is None:
-                if shell is None:
-                    return ()
-                source = shell.transform_cell(cell)  # magics, !shell lines, ...
-            return compile(source, "<torchdevice_magic>", "exec", dont_inherit=True).co_names
-        except Exception:
-            continue
-    return ()
+    from .diagnose import parse_cell
+
+    return parse_cell(cell, shell).global_names
+
+
+def short_traceback(shell: Any, etype: Any, value: Any, tb: Any, tb_offset: Any) -> list[str]:
+    """The structured traceback with each run of torch's frames collapsed to its first frame
+    (where the user's code called into torch), in the current ``%xmode``."""
+    import types
+
+    from .diagnose import collapse_library_frames
+
+    shown, hidden = collapse_library_frames(tb)
+    if hidden:
+        rebuilt = None
+        for entry in reversed(shown):
+            rebuilt = types.TracebackType(rebuilt, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+        tb = rebuilt
+    stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+    if hidden:
+        stb = [
+            *stb[:-1],
+            f"[torchdevice_magic: {hidden} frame{'s' if hidden != 1 else ''} inside torch "
+            "hidden; %config TorchDeviceMagic.show_full_traceback = True shows them]",
+            *stb[-1:],
+        ]
+    return stb
 
 
 #: Builtins that reach objects by name or run arbitrary code: a cell using one may have
@@ -377,7 +613,9 @@ def load(shell: Any) -> DeviceSession:
     session = DeviceSession(shell)
     setattr(shell, _SESSION_ATTRIBUTE, session)
     shell.register_magics(DeviceMagics(shell, session))
+    shell.events.register("pre_run_cell", session.pre_run_cell)
     shell.events.register("post_run_cell", session.post_run_cell)
+    session.install_exception_handler()
     if session.config not in shell.configurables:
         shell.configurables.append(session.config)
     session.channel = SidebarChannel(session)
@@ -394,6 +632,9 @@ def unload(shell: Any) -> None:
 
     with contextlib.suppress(ValueError):
         shell.events.unregister("post_run_cell", session.post_run_cell)
+    with contextlib.suppress(ValueError):
+        shell.events.unregister("pre_run_cell", session.pre_run_cell)
+    session.remove_exception_handler()
     for kind, names in MAGIC_NAMES.items():
         for name in names:
             shell.magics_manager.magics[kind].pop(name, None)

@@ -73,27 +73,18 @@ def _dispatch(op: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def _composite_views(torch: Any) -> list[str]:
-    """aten view operators with a CompositeExplicitAutograd kernel (detach, transpose, select,
-    expand, ...). Left alone, such a kernel makes its alias in C++ from the wrapper's metadata, a
-    tensor that has no host values; registered for PrivateUse1, they reach the fallback instead
-    and view the host values."""
-    names = []
-    for name in torch._C._dispatch_get_registrations_for_dispatch_key("CompositeExplicitAutograd"):
-        namespace, _, rest = name.partition("::")
-        if namespace != "aten":
-            continue
-        base, _, overload = rest.partition(".")
-        try:
-            schema = getattr(getattr(torch.ops.aten, base), overload or "default")._schema
-        except (AttributeError, RuntimeError):
-            continue
-        returns_view = any(
-            r.alias_info is not None and not r.alias_info.is_write for r in schema.returns
-        )
-        writes = any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
-        if returns_view and not writes:
-            names.append(rest)
-    return names
+    """Every aten operator with a CompositeExplicitAutograd(NonFunctional) kernel (detach,
+    transpose, expand, mse_loss, ...): those outrank a backend fallback. Left alone, such a kernel runs on the wrappers themselves: a view is made in
+    C++ from the wrapper's metadata, with no host values; an out tensor is resized on the host
+    while the wrapper keeps its old shape. Registered for PrivateUse1, they reach the fallback
+    instead, and their CPU kernels run on the host values."""
+    names = set()
+    for key in ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional"):
+        for name in torch._C._dispatch_get_registrations_for_dispatch_key(key):
+            namespace, _, rest = name.partition("::")
+            if namespace == "aten":
+                names.add(rest)
+    return sorted(names)
 
 
 def _view_kernel(name: str) -> Any:
@@ -194,8 +185,9 @@ def _define_wrapper() -> type:
             return SimulatedTensor(inner["host"])
 
         def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's stub names its keyword oddly
-            # torch's repr would copy through the fallback value by value; show the host values
-            text = repr(self.host)
+            # torch's repr would read through the fallback value by value; one copy to the host
+            # (dispatched, so a trace sees the device->host read printing costs on a real device)
+            text = repr(self.cpu())
             suffix = f", device='{self.device}'"
             if text.endswith(")"):
                 return text[:-1] + suffix + ")"
@@ -298,6 +290,36 @@ class _Call:
         return [wrapped.host for wrapped in self.hosts.values()]
 
 
+# Operators whose sizes/strides/offsets were computed by torch from the *wrapper's* metadata,
+# which is always contiguous from offset 0 (``.contiguous()`` of a wrapper returns itself, so
+# ``x.t().contiguous().view(-1)`` reaches ``view`` with a transposed host).
+_WRAPPER_COORDINATE_OPS = frozenset(
+    ("aten::view", "aten::_unsafe_view", "aten::_reshape_alias", "aten::as_strided")
+)
+
+
+def _to_wrapper_coordinates(name: str, host_args: list[Any], host_kwargs: dict[str, Any]) -> None:
+    """Apply the wrapper's coordinates to its host: a host that is not contiguous is read as a
+    contiguous copy (what ``.contiguous()`` would have made on a real device), and an explicit
+    storage offset counts from the host's own first element."""
+    host = host_args[0]
+    import torch
+
+    if not isinstance(host, torch.Tensor):
+        return
+    base_offset = host.storage_offset()
+    if not host.is_contiguous():
+        host_args[0] = host = host.contiguous()
+        base_offset = 0
+    if name == "aten::as_strided":
+        given = host_args[3] if len(host_args) > 3 else host_kwargs.pop("storage_offset", None)
+        offset = base_offset + (given or 0)
+        if len(host_args) > 3:
+            host_args[3] = offset
+        else:
+            host_kwargs["storage_offset"] = offset
+
+
 def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
     import torch
 
@@ -318,6 +340,8 @@ def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
             destination.resize_(source.shape)
         destination.copy_(source)
         return args[1]
+    if name in _WRAPPER_COORDINATE_OPS:
+        _to_wrapper_coordinates(name, host_args, host_kwargs)
     if "pin_memory" in host_kwargs:
         host_kwargs["pin_memory"] = False  # no pinned memory here
     to_device = kwargs.get("device")

@@ -19,6 +19,7 @@ import type { Kernel, KernelMessage } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { oneLine } from './format';
+import { isRerunMessage } from './rerun';
 import {
   COMM_TARGET,
   IActionOutcome,
@@ -31,6 +32,7 @@ import {
   snapshotProblem,
   undoRequest
 } from './protocol';
+import { isTimelineLike, ITimelineMessage, timelineProblem } from './timeline';
 
 export type ConnectionState =
   /** The notebook has no kernel. */
@@ -86,6 +88,11 @@ export class DeviceConnection {
     this._attach(sessionContext.session?.kernel ?? null);
   }
 
+  /** The kernel asks the notebook to run a cell again (the id of the cell). */
+  get rerunRequested(): ISignal<this, string> {
+    return this._rerunRequested;
+  }
+
   /** Emitted whenever anything the panel shows has changed. */
   get changed(): ISignal<this, void> {
     return this._changed;
@@ -93,6 +100,11 @@ export class DeviceConnection {
 
   get state(): ConnectionState {
     return this._state;
+  }
+
+  /** The last memory timeline (timeline.ts), or null before the first. */
+  get timeline(): ITimelineMessage | null {
+    return this._timeline;
   }
 
   /** The last snapshot; kept while the kernel is busy. */
@@ -474,6 +486,14 @@ export class DeviceConnection {
       this._onReply(data);
       return;
     }
+    if (isTimelineLike(data)) {
+      // the memory chart's rows (timeline.ts); a message it cannot read is dropped
+      if (timelineProblem(data) === null) {
+        this._timeline = data as unknown as ITimelineMessage;
+        this._changed.emit();
+      }
+      return;
+    }
     if (isSnapshotLike(data)) {
       const problem = snapshotProblem(data);
       if (problem !== null) {
@@ -481,6 +501,10 @@ export class DeviceConnection {
         return;
       }
       this._onSnapshot(data as unknown as ISnapshot);
+      return;
+    }
+    if (isRerunMessage(data)) {
+      this._rerunRequested.emit(data.cell_id);
       return;
     }
     console.warn('torchdevice-magic: ignoring an unexpected comm message', data);
@@ -601,6 +625,7 @@ export class DeviceConnection {
   private _comm: Comm | null = null;
   private _state: ConnectionState = 'no-kernel';
   private _snapshot: ISnapshot | null = null;
+  private _timeline: ITimelineMessage | null = null;
   private _status: IStatusLine | null = null;
   private _language: string | null = null;
   private _languageOk = false;
@@ -619,6 +644,7 @@ export class DeviceConnection {
   private _clientId: string;
   private _isDisposed = false;
   private _changed = new Signal<this, void>(this);
+  private _rerunRequested = new Signal<this, string>(this);
 }
 
 function isSnapshotLike(data: unknown): data is Record<string, unknown> {

@@ -5,6 +5,7 @@ import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { DeviceConnection } from './connection';
 import { chipIcon } from './icon';
 import { DevicePanel } from './panel';
+import { rerunCell } from './rerun';
 
 const PLUGIN_ID = 'torchdevice-magic:plugin';
 const COMMAND_SHOW = 'torchdevice-magic:show';
@@ -37,6 +38,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       if (!connection) {
         connection = new DeviceConnection(notebook.sessionContext);
         connections.set(notebook, connection);
+        connection.rerunRequested.connect((_, cellId) => {
+          void rerunCell(app, notebook, cellId);
+        });
         notebook.disposed.connect(() => {
           connections.get(notebook)?.dispose();
           connections.delete(notebook);

@@ -42,6 +42,7 @@ import time
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
+from .. import objects
 from ..devices import DeviceError, best_device
 from .result import MovedItem, MoveError, MoveResult, ProgressCallback
 
@@ -101,5 +102,11 @@ def move(
 
     started = time.perf_counter()
     dest = resolve_device(device, allow_meta)
-    plan = plan_move(namespace, dest, names)
-    return execute(plan, progress, started, free_bytes, to_meta=dest.type == "meta")
+    try:
+        plan = plan_move(namespace, dest, names)
+        return execute(plan, progress, started, free_bytes, to_meta=dest.type == "meta")
+    finally:
+        # hold no user class between moves (objects.py's per-type caches)
+        types = objects.TorchTypes.current()
+        if types is not None:
+            types.forget_types()

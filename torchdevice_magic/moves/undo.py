@@ -145,7 +145,10 @@ def undo(record: UndoRecord, progress: ProgressCallback | None) -> MoveResult:
         _guarded(plan, entry, plan.add_optimizer, obj, entry.layout)
     plan.add_followers()
     plan.label = ", ".join(sorted(targets, key=device_sort_key)) or "original devices"
-    return execute(plan, progress, started, None, to_meta=False)
+    try:
+        return execute(plan, progress, started, None, to_meta=False)
+    finally:
+        plan.T.forget_types()
 
 
 def _guarded(plan: Any, entry: UndoEntry, add: Any, *args: Any) -> None:

@@ -1,0 +1,103 @@
+"""One click from a device error to the fix, in a real JupyterLab (headless Debian Chromium).
+
+A cell fails with a device-mismatch error; the diagnosis under it offers "Move x to cpu and
+re-run"; pressing it moves ``x`` through the kernel's move engine and the labextension runs the
+same cell again (a new execution count, no error output); the sidebar's Undo puts ``x`` back.
+The kernel's second device is the simulated accelerator (torchdevice_magic.testing).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+expect = pytest.importorskip(
+    "playwright.sync_api", reason="the playwright package is not installed"
+).expect
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
+
+CELLS = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell"
+PANEL = "#torchdevice-magic-panel"
+TAB = 'li[data-id="torchdevice-magic-panel"]'
+UNDO = "button.jp-TorchDevices-undo"
+FIX = "button.torchdevice-magic-fix"
+ERROR_OUTPUT = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
+CELL_TIMEOUT = 90_000
+
+
+def last_cell(page):
+    cells = page.locator(CELLS)
+    return cells.nth(cells.count() - 1)
+
+
+def run_cell(page, code: str):
+    """Type ``code`` into the last cell, Shift+Enter, wait until its prompt shows a count."""
+    cell = last_cell(page)
+    editor = cell.locator(".cm-content")
+    editor.click()
+    page.keyboard.press("ControlOrMeta+a")
+    page.keyboard.press("Delete")
+    page.keyboard.insert_text(code)
+    expect(editor).to_have_text(code.replace("\n", ""), timeout=10_000)
+    page.keyboard.press("Shift+Enter")
+    expect(cell.locator(".jp-InputPrompt")).to_have_text(
+        re.compile(r"\[\d+\]"), timeout=CELL_TIMEOUT
+    )
+    return cell
+
+
+def count(cell) -> int:
+    text = cell.locator(".jp-InputPrompt").inner_text()
+    match = re.search(r"\[(\d+)\]", text)
+    assert match, text
+    return int(match.group(1))
+
+
+def device_of(page, name: str) -> str:
+    cell = run_cell(page, f"print('device:', {name}.device)")
+    text = cell.locator(".jp-OutputArea").inner_text()
+    match = re.search(r"device: (\S+)", text)
+    assert match, text
+    return match.group(1)
+
+
+def test_fix_button_moves_reruns_the_cell_and_undo_restores(lab) -> None:
+    page = lab.page
+    run_cell(page, "%load_ext torchdevice_magic")
+    run_cell(
+        page,
+        "import torch\n"
+        "from torchdevice_magic.testing import simulated_accelerator\n"
+        'dev = simulated_accelerator() + ":0"\n'
+        "model = torch.nn.Linear(3, 2)\n"
+        "x = torch.randn(4, 3, device=dev)",
+    )
+    failing = run_cell(page, "y = model(x)")
+    first = count(failing)
+    outputs = failing.locator(".jp-OutputArea")
+    expect(outputs.locator(".torchdevice-magic-diagnosis")).to_contain_text("Device mismatch")
+    expect(outputs.locator(ERROR_OUTPUT)).to_contain_text("Expected all tensors")
+    button = outputs.locator(FIX)
+    expect(button).to_have_text("Move x to cpu and re-run")
+
+    button.click()
+
+    # the notebook ran the same cell again: a new count, and it succeeded this time
+    prompt = failing.locator(".jp-InputPrompt")
+    expect(prompt).not_to_have_text(f"[{first}]:", timeout=CELL_TIMEOUT)
+    expect(prompt).to_have_text(re.compile(r"\[\d+\]"), timeout=CELL_TIMEOUT)
+    assert count(failing) > first
+    expect(failing.locator(ERROR_OUTPUT)).to_have_count(0)
+    expect(failing.locator(".torchdevice-magic-diagnosis")).to_have_count(0)
+    assert device_of(page, "x") == "cpu"
+    assert device_of(page, "y") == "cpu"
+
+    # undo (the sidebar's Undo, the same history as every other move) restores the device
+    if not page.locator(PANEL).is_visible():
+        page.click(TAB)
+    expect(page.locator(UNDO)).to_be_enabled(timeout=30_000)
+    page.click(UNDO)
+    expect(page.locator(UNDO)).to_be_disabled(timeout=30_000)
+    assert re.fullmatch(r"simdev:0", device_of(page, "x"))

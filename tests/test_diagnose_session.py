@@ -1,0 +1,194 @@
+"""The diagnosis in the IPython layer: shown first, then a short traceback (torch's frames
+collapsed, %xmode respected, a config for the full one), never twice, removed on unload; and
+the one-click fix button (move through the engine, ask the notebook to re-run the cell)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from IPython.utils.capture import capture_output
+
+from torchdevice_magic import protocol
+from torchdevice_magic.session import get_session
+
+SETUP = """
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+model.to("meta")
+x = torch.randn(4, 3)
+"""
+
+
+@pytest.fixture
+def ip():
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    shell.run_line_magic("unload_ext", "torchdevice_magic")
+    for name in list(shell.user_ns):
+        if not name.startswith("_") and name not in {"In", "Out", "exit", "quit", "get_ipython"}:
+            del shell.user_ns[name]
+    shell.run_line_magic("load_ext", "torchdevice_magic")
+    yield shell
+    shell.run_line_magic("unload_ext", "torchdevice_magic")
+    shell.run_line_magic("xmode", "Context")
+    shell.run_line_magic("config", "TorchDeviceMagic.show_full_traceback = False")
+    shell.run_line_magic("config", "TorchDeviceMagic.allow_meta_target = False")
+
+
+@pytest.fixture
+def events(ip, monkeypatch) -> list[tuple[str, Any]]:
+    """What the user sees, in order: published diagnoses and shown tracebacks."""
+    seen: list[tuple[str, Any]] = []
+    session = get_session(ip)
+    original_publish = session.publish
+    original_show = ip._showtraceback
+
+    def publish(data: dict[str, Any], metadata: Any = None) -> None:
+        seen.append(("display", data.get("text/plain", "")))
+        original_publish(data, metadata)
+
+    def show(etype: Any, value: Any, stb: list[str]) -> None:
+        seen.append(("traceback", ip.InteractiveTB.stb2text(stb)))
+        original_show(etype, value, stb)
+
+    monkeypatch.setattr(session, "publish", publish)
+    monkeypatch.setattr(ip, "_showtraceback", show)
+    return seen
+
+
+def run(shell: Any, cell: str) -> Any:
+    with capture_output():
+        return shell.run_cell(cell)
+
+
+def test_diagnosis_first_then_a_traceback_without_torch_insides(ip, events) -> None:
+    run(ip, SETUP)
+    result = run(ip, "y = model(x)")
+    assert isinstance(result.error_in_exec, RuntimeError)
+    kinds = [kind for kind, _ in events]
+    assert kinds == ["display", "traceback"]  # once each, diagnosis first
+    diagnosis, traceback = events[0][1], events[1][1]
+    assert diagnosis.startswith("Device mismatch: model (Sequential")
+    assert "y = model(x)" in traceback  # the user's line
+    assert "RuntimeError" in traceback and "not on the expected device" in traceback
+    assert "frames inside torch hidden" in traceback
+    assert "torch/nn/functional.py" not in traceback and "_prims_common" not in traceback
+    # the full traceback on request
+    events.clear()
+    ip.run_line_magic("config", "TorchDeviceMagic.show_full_traceback = True")
+    run(ip, "y = model(x)")
+    assert [kind for kind, _ in events] == ["display", "traceback"]
+    assert "hidden" not in events[1][1]
+    assert events[1][1].count("\n") > traceback.count("\n")
+
+
+def test_xmode_is_respected(ip, events) -> None:
+    run(ip, SETUP)
+    ip.run_line_magic("xmode", "Minimal")
+    run(ip, "y = model(x)")
+    assert [kind for kind, _ in events] == ["display", "traceback"]
+    assert "y = model(x)" not in events[1][1]  # Minimal: the error line only
+    assert "not on the expected device" in events[1][1]
+
+
+def test_other_errors_keep_the_plain_traceback_and_get_no_diagnosis(ip, events) -> None:
+    run(ip, SETUP)
+    result = run(ip, "torch.ones(2) + torch.ones(3)")
+    assert isinstance(result.error_in_exec, RuntimeError)
+    assert not [kind for kind, _ in events if kind == "display"]
+    assert get_session(ip)._explained is None
+
+
+def test_the_handler_is_removed_on_unload_and_another_one_is_restored(ip) -> None:
+    assert ip.custom_exceptions == (Exception,)
+    ip.run_line_magic("unload_ext", "torchdevice_magic")
+    assert ip.custom_exceptions == ()
+    calls: list[Any] = []
+
+    def theirs(shell: Any, etype: Any, value: Any, tb: Any, tb_offset: Any = None) -> None:
+        calls.append(etype)
+
+    ip.set_custom_exc((KeyError,), theirs)
+    ip.run_line_magic("load_ext", "torchdevice_magic")
+    run(ip, "{}['missing']")
+    assert calls == [KeyError]  # another extension's handler still gets its errors
+    ip.run_line_magic("unload_ext", "torchdevice_magic")
+    assert ip.custom_exceptions == (KeyError,)
+    ip.set_custom_exc((), None)
+    ip.run_line_magic("load_ext", "torchdevice_magic")
+
+
+class _Comm:
+    comm_id = "c1"
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, data: dict[str, Any]) -> None:
+        self.sent.append(data)
+
+
+def test_fix_button_moves_and_asks_the_notebook_to_rerun_the_cell(ip) -> None:
+    pytest.importorskip("ipywidgets")
+    from torchdevice_magic.fixbutton import fix_button
+
+    ip.run_line_magic("config", "TorchDeviceMagic.allow_meta_target = True")
+    run(ip, SETUP)
+    session = get_session(ip)
+    result = run(ip, "y = model(x)")
+    diagnosis = session.diagnose(result.error_in_exec, "y = model(x)")
+    assert diagnosis.action is not None
+    assert diagnosis.action.label == "Move x to meta and re-run"
+    comm = _Comm()
+    session.channel.comms[comm.comm_id] = comm
+    try:
+        box = fix_button(session, diagnosis.action, "cell-1234")
+        button, status = box.children
+        assert button.description == "Move x to meta and re-run"
+        button.click()
+    finally:
+        session.channel.comms.pop(comm.comm_id)
+    assert ip.user_ns["x"].device.type == "meta"
+    assert comm.sent[-1] == protocol.rerun("cell-1234")
+    assert "re-running the cell" in status.value
+    assert button.disabled  # a move to meta cannot be undone
+    assert run(ip, "y = model(x)").error_in_exec is None
+
+
+def test_without_the_labextension_the_button_says_rerun_yourself(ip) -> None:
+    pytest.importorskip("ipywidgets")
+    from torchdevice_magic.fixbutton import fix_button
+
+    ip.run_line_magic("config", "TorchDeviceMagic.allow_meta_target = True")
+    run(ip, SETUP)
+    session = get_session(ip)
+    diagnosis = session.diagnose(run(ip, "y = model(x)").error_in_exec, "y = model(x)")
+    box = fix_button(session, diagnosis.action, "cell-1")
+    box.children[0].click()
+    assert box.children[1].value.startswith("moved: re-run the cell")
+
+
+def test_no_button_where_the_planner_refuses(ip) -> None:
+    pytest.importorskip("ipywidgets")
+    from torchdevice_magic.diagnose import MoveAction
+    from torchdevice_magic.fixbutton import fix_button
+
+    run(ip, SETUP)
+    session = get_session(ip)
+    # meta is not a target unless the user allowed it: no button, nothing moved
+    assert fix_button(session, MoveAction(("x",), "meta"), "c") is None
+    assert fix_button(session, MoveAction(("nope",), "cpu"), "c") is None
+    assert ip.user_ns["x"].device.type == "cpu"
+
+
+def test_rerun_message_is_part_of_the_protocol() -> None:
+    assert protocol.rerun("abc") == {
+        "protocol": "torchdevice_magic",
+        "version": protocol.PROTOCOL_VERSION,
+        "type": "rerun",
+        "cell_id": "abc",
+    }
+    with pytest.raises(protocol.ProtocolError):
+        protocol.rerun(123)  # type: ignore[arg-type]

@@ -1,0 +1,1282 @@
+"""diagnose(): the rule that matches, the culprits, the fix.
+
+Culprits are found in three places: the names the failing cell reads (looked up in the user's
+namespace), the locals of the innermost *user* frames of the traceback (the mismatch usually
+happens inside ``train(model, loader)``), and -- when a tensor nobody named is the odd one --
+the expression in the failing line that creates it. What each candidate is and where its bytes
+live comes from ``torchdevice_magic.scan()`` (the one walker); this module never walks objects.
+
+A fix moves data toward a real compute device and never loses values: nothing real is moved to
+``meta`` unless the user said meta is a target (``allow_meta``, or ``target="meta"``); meta
+parameters are materialised with ``to_empty`` and reloaded (from the checkpoint in the namespace
+when there is one); where no safe one-line fix exists the diagnosis says so and why.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..units import device_sort_key
+from .cells import Cell, Creation, parse_cell
+from .explain import Culprit, Diagnosis, FixLine, MoveAction
+from .frames import user_frames
+from .rules import MessageMatch, normalize_device, parse_message, rule_for
+
+__all__ = ["diagnose"]
+
+
+def _torch() -> Any:
+    return sys.modules.get("torch")
+
+
+# --------------------------------------------------------------------------------------------
+# Candidates
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Info:
+    """What the scan said about one candidate (no reference to it is kept afterwards)."""
+
+    kind: str
+    category: str  # "tensor" | "module" | "optimizer" | "container" | "object" | "expression"
+    by_device: dict[str, int]  # needed bytes per device (meta: what it would need)
+    actual: int
+    dtype: str | None = None
+    trainable_leaf: bool = False
+    is_parameter: bool = False
+    container: str | None = None  # "list" | "tuple" | "dict"
+    all_tensors: bool = True
+    meta_params: bool = False
+    #: bytes of model parameters per device (module: its own; optimizer: its params'), which
+    #: decide where things should go: data follows the model, optimizer state its parameters
+    anchor: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(sorted(self.by_device, key=device_sort_key))
+
+    @property
+    def needed(self) -> int:
+        return sum(self.by_device.values())
+
+    @property
+    def has_meta_data(self) -> bool:
+        return "meta" in self.by_device and self.category != "expression"
+
+
+@dataclass
+class _Candidate:
+    name: str
+    where: str  # "cell" | "frame <func>" | "line <n>" | "attribute <Class>"
+    obj_id: int
+    info: _Info
+    order: int
+    label: str = ""
+    alias: str | None = None
+    loop_var: bool = False
+    covered: bool = False  # a container whose failing item is itself a candidate
+    shares: frozenset[str] = frozenset()  # labels of other candidates sharing storage
+    creation: Creation | None = None  # for "expression" candidates
+    lineno: int | None = None
+    owner: str | None = None  # for "attribute": the module's namespace name (or None)
+    attr: str | None = None
+    cls: Any = None  # for "attribute": the module's class (dropped after the fix is made)
+
+
+def _is_type(obj: Any, cls: Any) -> bool:
+    try:
+        return issubclass(type(obj), cls)
+    except Exception:
+        return False
+
+
+def _resolve(namespace: Mapping[str, Any], chain: str, torch: Any) -> tuple[bool, Any]:
+    """Look ``a.b.c`` up with plain getattr, as the cell itself did; never through a tensor
+    (``x.T``, ``x.grad``, ``x.data`` are views or parts of ``x``, which is listed itself)."""
+    head, *rest = chain.split(".")
+    try:
+        if head not in namespace:
+            return False, None
+        obj = namespace[head]
+    except Exception:
+        return False, None
+    for attr in rest:
+        if torch is not None and _is_type(obj, torch.Tensor):
+            return False, None
+        if _is_type(obj, types.ModuleType):
+            # ``torch.nn.functional`` etc.: library modules hold no user data
+            return False, None
+        try:
+            obj = getattr(obj, attr)
+        except Exception:
+            return False, None
+    return True, obj
+
+
+def _frame_argument_names(code: Any) -> set[str]:
+    try:
+        n = code.co_argcount + code.co_kwonlyargcount
+        return set(code.co_varnames[:n])
+    except Exception:
+        return set()
+
+
+def _is_namespace_dict(value: Any) -> bool:
+    try:
+        return type(value) is dict and "__builtins__" in value
+    except Exception:
+        return False
+
+
+def _needed_by_device(record: Any) -> dict[str, int]:
+    by_device = {d: int(n) for d, n in dict(record.bytes_by_device).items()}
+    if "meta" in record.devices:
+        extra = max(0, int(record.would_need_bytes) - int(record.bytes))
+        by_device["meta"] = by_device.get("meta", 0) + extra
+    return by_device
+
+
+def _info_from_records(records: list[Any], label: str, obj: Any, torch: Any) -> _Info | None:
+    if not records:
+        return None
+    if len(records) == 1 and records[0].name == label:
+        r = records[0]
+        if r.kind in ("tensor", "parameter"):
+            leaf = False
+            try:
+                leaf = bool(obj.requires_grad) and bool(obj.is_leaf)
+            except Exception:
+                leaf = False
+            return _Info(
+                kind=r.type,
+                category="tensor",
+                by_device=_needed_by_device(r),
+                actual=int(r.bytes),
+                dtype=r.dtype,
+                trainable_leaf=leaf,
+                is_parameter=r.kind == "parameter",
+            )
+        if r.kind == "module":
+            by_device = _needed_by_device(r)
+            return _Info(
+                kind=r.type,
+                category="module",
+                by_device=by_device,
+                actual=int(r.bytes),
+                meta_params="meta" in r.devices,
+                anchor=dict(by_device),
+            )
+        if r.kind == "optimizer":
+            by_device = {d: 0 for d in r.param_devices}
+            for d, n in dict(r.state_bytes or r.bytes_by_device).items():
+                by_device[d] = by_device.get(d, 0) + int(n)
+            if not by_device:
+                return None
+            return _Info(
+                kind=r.type,
+                category="optimizer",
+                by_device=by_device,
+                actual=int(r.bytes),
+                anchor={d: 0 for d in r.param_devices},
+            )
+        if not r.devices:
+            return None
+    # a container: its tensor elements (or one aggregated record)
+    by_device: dict[str, int] = {}
+    actual = 0
+    count = 0
+    for r in records:
+        if not r.devices:
+            continue
+        for d, n in _needed_by_device(r).items():
+            by_device[d] = by_device.get(d, 0) + n
+        actual += int(r.bytes)
+        count += max(1, int(r.element_count or 0)) if r.name == label else 1
+    if not by_device:
+        return None
+    container = (
+        "dict"
+        if _is_type(obj, dict)
+        else "list"
+        if _is_type(obj, list)
+        else "tuple"
+        if _is_type(obj, tuple)
+        else None
+    )
+    if container is None:
+        # PackedSequence and other tensor-holding objects: shown, moved by hand
+        packed = getattr(getattr(getattr(torch, "nn", None), "utils", None), "rnn", None)
+        packed = getattr(packed, "PackedSequence", None)
+        kind = "PackedSequence" if packed is not None and _is_type(obj, packed) else None
+        if kind is not None:
+            return _Info(kind=kind, category="tensor", by_device=by_device, actual=actual)
+        # any other object holding tensors (a DataLoader's dataset, a trainer): listed only
+        # where nothing more direct is on its devices (see _diagnose)
+        return _Info(kind=type(obj).__name__, category="object", by_device=by_device, actual=actual)
+    try:
+        size = {"dict": dict.__len__, "list": list.__len__, "tuple": tuple.__len__}[container](obj)
+    except Exception:
+        size = count
+    noun = "tensor" if count == 1 else "tensors"
+    return _Info(
+        kind=f"{container} of {count} {noun}",
+        category="container",
+        by_device=by_device,
+        actual=actual,
+        container=container,
+        all_tensors=size == count,
+    )
+
+
+class _Collector:
+    """Gathers candidate objects by id, then asks scan() about all of them at once."""
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+        self.entries: list[dict[str, Any]] = []
+        self.by_id: dict[int, dict[str, Any]] = {}
+        # Objects a getattr chain produced may be temporaries; keep them alive until we are
+        # done so that no id is reused by another object and mistaken for it.
+        self.keepalive: list[Any] = []
+
+    def add(self, name: str, where: str, obj: Any, **extra: Any) -> None:
+        if id(obj) in self.by_id or len(self.entries) >= 80:
+            return  # the same object seen first in the cell or an outer frame wins
+        try:
+            tp = type(obj)  # type(), not obj.__class__: nothing of the user's class runs
+            if obj is None or issubclass(tp, (int, float, str, bytes, complex, type)):
+                return
+            if issubclass(tp, types.ModuleType) or (
+                callable(obj) and not issubclass(tp, self.torch.nn.Module)
+            ):
+                return  # functions, classes, modules: no tensors of their own
+        except Exception:
+            return
+        self.keepalive.append(obj)
+        entry = {"name": name, "where": where, "obj": obj, **extra}
+        self.entries.append(entry)
+        self.by_id[id(obj)] = entry
+
+    def candidates(self) -> list[_Candidate]:
+        from .. import scan  # the package's public function: the one walker
+
+        labels = {f"c{i}": e["obj"] for i, e in enumerate(self.entries)}
+        try:
+            inventory = scan(labels)
+            records = list(inventory.records)
+        except Exception:
+            records = []
+        by_root: dict[str, list[Any]] = {}
+        root_of: dict[str, str] = {}
+        for r in records:
+            by_root.setdefault(r.root, []).append(r)
+            root_of[r.name] = r.root
+        out: list[_Candidate] = []
+        for i, e in enumerate(self.entries):
+            label = f"c{i}"
+            info = _info_from_records(by_root.get(label, []), label, e["obj"], self.torch)
+            if info is None:
+                continue
+            shares = set()
+            for r in by_root.get(label, []):
+                for other in r.shares_with:
+                    root = root_of.get(other, other)
+                    if root != label:
+                        shares.add(root)
+            out.append(
+                _Candidate(
+                    e["name"],
+                    e["where"],
+                    id(e["obj"]),
+                    info,
+                    order=i,
+                    label=label,
+                    loop_var=e.get("loop_var", False),
+                    shares=frozenset(shares),
+                    owner=e.get("owner"),
+                    attr=e.get("attr"),
+                    cls=e.get("cls"),
+                )
+            )
+        return out
+
+
+def _module_attribute_tensors(self_obj: Any, code: Any, torch: Any) -> list[tuple[str, Any]]:
+    """Plain tensor attributes of a module that its method reads (``self.scale``): in the
+    instance dict, so ``module.to()`` never moved them. Read from ``__dict__`` only: no
+    property or ``__getattr__`` of the user's class runs."""
+    try:
+        instance = object.__getattribute__(self_obj, "__dict__")
+        names = set(code.co_names)
+    except Exception:
+        return []
+    out = []
+    for name in sorted(names):
+        try:
+            value = dict.get(instance, name)
+        except Exception:
+            continue
+        if _is_type(value, torch.Tensor) and not _is_type(value, torch.nn.Parameter):
+            out.append((name, value))
+    return out
+
+
+def _collect(
+    err: BaseException,
+    chain: list[BaseException],
+    namespace: Mapping[str, Any] | None,
+    cell: Cell,
+    torch: Any,
+) -> list[_Candidate]:
+    collector = _Collector(torch)
+    # (a) what the cell reads, looked up in the namespace
+    if cell.tree is not None and namespace is not None:
+        loop_vars = cell.loop_vars
+        for chain_name, _, _ in cell.reads:
+            try:
+                ok, obj = _resolve(namespace, chain_name, torch)
+                if ok:
+                    collector.add(chain_name, "cell", obj, loop_var=chain_name in loop_vars)
+            except Exception:
+                pass  # a hostile object is skipped, not fatal
+            obj = None
+
+    # (b) locals of the innermost user frames (outermost of them first, so a tensor that is
+    # ``batch_X`` in train() is not renamed ``x`` from forward())
+    frames: list[Any] = []
+    try:
+        for e in [err, *[c for c in chain if c is not err]]:
+            frames = user_frames(getattr(e, "__traceback__", None))
+            if frames:
+                break
+        for frame in frames:
+            try:
+                code = frame.f_code
+                func = code.co_name
+                local_items = list(dict(frame.f_locals).items())
+            except Exception:
+                continue
+            args = _frame_argument_names(code)
+            self_obj = next((v for k, v in local_items if k == "self"), None)
+            in_module_method = _is_type(self_obj, torch.nn.Module)
+            for name, value in local_items[:2000]:
+                if not isinstance(name, str) or name.startswith("."):
+                    continue
+                # Inside a Module method, non-argument locals are intermediates computed from
+                # the arguments and parameters; fixing the inputs fixes them.
+                if in_module_method and name not in args:
+                    continue
+                if _is_namespace_dict(value):
+                    continue  # a globals()/user_ns passed around (exec), not data
+                collector.add(name, f"frame {func}", value)
+            if in_module_method:
+                for attr, value in _module_attribute_tensors(self_obj, code, torch):
+                    collector.add(
+                        f"self.{attr}",
+                        f"attribute {type(self_obj).__name__}",
+                        value,
+                        attr=attr,
+                        owner=id(self_obj),
+                        cls=type(self_obj),
+                    )
+            local_items = []
+            self_obj = None
+    finally:
+        frames = []
+
+    cands = collector.candidates()
+    # Frame objects that the namespace also holds (e.g. ``self`` in forward() is ``model``):
+    # name the fix after the namespace binding, which the user can run in a cell.
+    if namespace is not None:
+        _find_aliases(cands, collector, namespace, torch)
+    collector.keepalive.clear()
+
+    # A submodule the cell also reaches through its parent (``model`` and ``model.fc``) adds
+    # nothing if it is on the same devices: keep the parent. Likewise a parameter
+    # (``model.fc.weight``) next to its module. Storage sharing (from the scan) says who is
+    # part of whom.
+    by_label = {c.label: c for c in cands}
+    drop: set[str] = set()
+    for c in cands:
+        if c.where.startswith("attribute"):
+            continue
+        for other_label in c.shares:
+            parent = by_label.get(other_label)
+            if parent is None or parent.label in drop:
+                continue
+            if parent.info.category == "module" and c.info.category == "module":
+                # ``model`` and ``model.fc``: the bigger (or, equal, the first) is the parent
+                part = parent.info.needed > c.info.needed or (
+                    parent.info.needed == c.info.needed and parent.order < c.order
+                )
+            else:
+                # a parameter of a module, the state dict of an optimizer (``opt.state``)
+                part = parent.info.category in ("module", "optimizer") and c.info.category in (
+                    "tensor",
+                    "container",
+                    "object",
+                )
+            if part and set(c.info.by_device) <= set(parent.info.by_device):
+                drop.add(c.label)
+                break
+    # ``for batch_X in xs: model(batch_X)``: moving the batch where it is used beats moving
+    # the whole list, so the list is listed but not moved.
+    for c in cands:
+        if c.info.category == "container" and any(
+            by_label.get(label) is not None and by_label[label].info.category == "tensor"
+            for label in c.shares
+        ):
+            c.covered = True
+    return [c for c in cands if c.label not in drop]
+
+
+def _find_aliases(
+    cands: list[_Candidate], collector: _Collector, namespace: Mapping[str, Any], torch: Any
+) -> None:
+    wanted = {c.obj_id: c for c in cands if c.where != "cell"}
+    owners = {c.owner: c for c in cands if c.owner is not None}
+    if not wanted and not owners:
+        return
+    try:
+        items = list(dict.items(namespace) if isinstance(namespace, dict) else namespace.items())
+    except Exception:
+        return
+    owner_names: dict[int, str] = {}
+    for name, value in items[:20_000]:
+        if not isinstance(name, str) or name.startswith("_"):
+            continue
+        hit = wanted.get(id(value))
+        if hit is not None and hit.alias is None:
+            hit.alias = name
+        if id(value) in owners and id(value) not in owner_names:
+            owner_names[id(value)] = name
+        if (wanted or owners) and _is_type(value, torch.nn.Module):
+            try:
+                # names only (identity lookups), as torch itself enumerates submodules
+                for n, (sub_name, sub) in enumerate(torch.nn.Module.named_modules(value)):
+                    if n > 100_000:
+                        break
+                    if not sub_name:
+                        continue
+                    hit = wanted.get(id(sub))
+                    if hit is not None and hit.alias is None:
+                        hit.alias = f"{name}.{sub_name}"
+                    if id(sub) in owners and id(sub) not in owner_names:
+                        owner_names[id(sub)] = f"{name}.{sub_name}"
+            except Exception:
+                continue
+    for c in cands:
+        if c.owner is not None:
+            owner = owner_names.get(c.owner)
+            c.owner = owner  # type: ignore[assignment]
+            if owner is not None:
+                c.alias = f"{owner}.{c.attr}"
+
+
+# --------------------------------------------------------------------------------------------
+# Where to, and who moves
+# --------------------------------------------------------------------------------------------
+
+
+def _same_device(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    ta, _, ia = a.partition(":")
+    tb, _, ib = b.partition(":")
+    return ta == tb and (not ia or not ib)
+
+
+def _on_target(devices: tuple[str, ...], target: str) -> bool:
+    return bool(devices) and all(_same_device(d, target) for d in devices)
+
+
+def _relevant(c: _Candidate, devices: tuple[str, ...]) -> bool:
+    if not c.info.by_device:
+        return False
+    if not devices:
+        return True
+    return any(_same_device(d, m) for d in c.info.by_device for m in devices)
+
+
+def _choose_target(cands: list[_Candidate], match: MessageMatch) -> tuple[str | None, str]:
+    """Where the bigger side is: (device, reason)."""
+    # The side holding model parameters is the big thing: a model is moved once and on
+    # purpose, batches every step, and optimizer state follows its parameters. Between two
+    # parts of a split model, or between plain tensors, bytes decide.
+    totals: dict[str, int] = {}
+    stateful: dict[str, int] = {}
+    for c in cands:
+        for dev, n in c.info.by_device.items():
+            totals[dev] = totals.get(dev, 0) + n
+        for dev, n in c.info.anchor.items():
+            stateful[dev] = stateful.get(dev, 0) + n + 1  # +1: a parameterless anchor counts
+    if len(totals) >= 2:
+        best = max(totals, key=lambda d: (stateful.get(d, 0), totals[d], d != "cpu", d))
+        return best, "move the small thing to where the big thing is"
+    if match.expected:
+        return match.expected, "move it to the device the operation expected"
+    non_cpu = [d for d in match.devices if d != "cpu"]
+    if totals and match.devices:
+        (only,) = totals
+        others = [d for d in match.devices if not _same_device(d, only)]
+        if others:
+            return others[0], "move it to the other device in the message"
+    if non_cpu:
+        return non_cpu[0], "move everything to one device"
+    if match.devices:
+        return match.devices[0], "move everything to one device"
+    return None, ""
+
+
+def _normalize_target(target: str) -> str:
+    raw = str(target).strip()
+    torch = _torch()
+    if torch is not None:
+        try:
+            return str(torch.device(raw.lower()))
+        except Exception:
+            pass
+    return normalize_device(raw)
+
+
+def _real_device(cands: list[_Candidate], match: MessageMatch, asked: str | None) -> str:
+    """A device that keeps data, for things that are on meta now."""
+    if asked and asked != "meta":
+        return asked
+    for d in [*match.devices, *(d for c in cands for d in c.info.by_device)]:
+        if d != "meta":
+            return d
+    return "cpu"
+
+
+# --------------------------------------------------------------------------------------------
+# The fix, one statement per mover
+# --------------------------------------------------------------------------------------------
+
+
+def _quote(device: str) -> str:
+    return '"' + device.replace('"', "") + '"'
+
+
+def _move_source(c: _Candidate, target: str | None, dtype: str | None = None) -> str:
+    """The statement that moves one candidate to ``target`` (and/or converts to ``dtype``)."""
+    name = c.alias or c.name
+    dev = _quote(target) if target else None
+    to_args = ", ".join(a for a in (dev, f"torch.{dtype}" if dtype else None) if a)
+    if not to_args:
+        return ""
+    info = c.info
+    if info.category == "object":
+        return ""  # an object holding tensors: no one-line move (the move engine can move it)
+    if info.category == "module":
+        if dev is None:
+            return ""
+        return f"{name}.to({dev})"  # modules move in place: Parameters keep their identity
+    if info.category == "optimizer":
+        if dev is None:
+            return ""
+        return (
+            f"for s in {name}.state.values(): s.update({{k: v.to({dev}) for k, v in s.items() "
+            f'if torch.is_tensor(v) and k != "step"}})'
+        )
+    if info.category == "container":
+        guard = "" if info.all_tensors else " if torch.is_tensor(t) else t"
+        if info.container == "dict":
+            return f"{name} = {{k: t.to({to_args}){guard} for k, t in {name}.items()}}"
+        if info.container == "tuple":
+            return f"{name} = tuple(t.to({to_args}){guard} for t in {name})"
+        return f"{name} = [t.to({to_args}){guard} for t in {name}]"
+    if info.trainable_leaf:
+        # ``w.to()`` on a trainable leaf returns a non-leaf copy whose ``.grad`` stays None;
+        # keep it a leaf (and a Parameter if it was one).
+        if info.is_parameter:
+            return f"{name} = torch.nn.Parameter({name}.detach().to({to_args}))"
+        return f"{name} = {name}.detach().to({to_args}).requires_grad_()"
+    return f"{name} = {name}.to({to_args})"
+
+
+def _checkpoint_name(
+    namespace: Mapping[str, Any] | None, module: Any, torch: Any
+) -> tuple[str, str] | None:
+    """A state dict for ``module`` in the namespace: (variable, expression to load), e.g.
+    (``ckpt``, ``ckpt["model"]``). Matched by keys only; no tensor is read."""
+    if namespace is None or module is None:
+        return None
+    try:
+        wanted = set(torch.nn.Module.state_dict(module, keep_vars=True).keys())
+    except Exception:
+        return None
+    if not wanted:
+        return None
+    try:
+        items = list(dict.items(namespace) if isinstance(namespace, dict) else namespace.items())
+    except Exception:
+        return None
+
+    def fits(d: Any) -> bool:
+        try:
+            keys = {k for k in dict.keys(d) if isinstance(k, str)}
+        except Exception:
+            return False
+        return len(keys & wanted) >= max(1, len(wanted) // 2)
+
+    for name, value in items[:20_000]:
+        if not isinstance(name, str) or name.startswith("_") or not _is_type(value, dict):
+            continue
+        if fits(value):
+            return name, name
+        try:
+            for key in list(dict.keys(value))[:50]:
+                inner = dict.get(value, key)
+                if isinstance(key, str) and _is_type(inner, dict) and fits(inner):
+                    return name, f"{name}[{key!r}]".replace("'", '"')
+        except Exception:
+            continue
+    return None
+
+
+def _init_assignment(cls: Any, attr: str) -> tuple[str, str] | None:
+    """(``Class.__init__``, ``self.attr = <expr>`` as written) from the class's source, read
+    with linecache (notebook cells included). None when the source is not available."""
+    import linecache
+
+    try:
+        init = cls.__dict__.get("__init__")
+        code = init.__code__
+        lines = linecache.getlines(code.co_filename)
+    except Exception:
+        return None
+    if not lines:
+        return None
+    start = code.co_firstlineno - 1
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    body = [lines[start]]
+    for line in lines[start + 1 :]:
+        if line.strip() and len(line) - len(line.lstrip()) <= indent:
+            break
+        body.append(line)
+    try:
+        tree = ast.parse("".join(line[indent:] if len(line) > indent else line for line in body))
+    except Exception:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "self"
+                    and target.attr == attr
+                ):
+                    return f"{cls.__name__}.__init__", ast.unparse(node.value)
+    return None
+
+
+@dataclass
+class _Plan:
+    fix_lines: list[FixLine] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    safe: bool = True
+    why: str = ""
+
+
+def _meta_module_fix(
+    c: _Candidate, dest: str, namespace: Mapping[str, Any] | None, obj: Any, torch: Any, plan: _Plan
+) -> None:
+    name = c.alias or c.name
+    plan.fix_lines.append(FixLine(_place(c), f"{name}.to_empty(device={_quote(dest)})"))
+    found = _checkpoint_name(namespace, obj, torch)
+    if found is not None:
+        plan.fix_lines.append(FixLine(_place(c), f"{name}.load_state_dict({found[1]})"))
+        plan.notes.append(
+            f"{name} has parameters on the meta device, which hold no data, so .to() cannot "
+            f"copy them: to_empty(device={_quote(dest)}) allocates real storage (uninitialised) "
+            f"and load_state_dict({found[1]}) puts the weights back."
+        )
+    else:
+        plan.notes.append(
+            f"{name} has parameters on the meta device, which hold no data, so .to() cannot "
+            f"copy them: use {name}.to_empty(device={_quote(dest)}) and then reload the "
+            f"weights, e.g. {name}.load_state_dict(torch.load(PATH)) (to_empty leaves every "
+            "parameter uninitialised)."
+        )
+
+
+def _place(c: _Candidate) -> str:
+    if c.alias:
+        return "cell"
+    if c.where == "cell" and c.loop_var:
+        return "loop"
+    if c.where.startswith("attribute "):
+        return "cell"
+    return c.where
+
+
+# --------------------------------------------------------------------------------------------
+# diagnose()
+# --------------------------------------------------------------------------------------------
+
+
+def _exception_chain(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo and len(chain) < 20:
+        e = todo.pop(0)
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        chain.append(e)
+        for nxt in (getattr(e, "__cause__", None), getattr(e, "__context__", None)):
+            if isinstance(nxt, BaseException):
+                todo.append(nxt)
+    return chain
+
+
+def _message_of(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:
+        try:
+            text = str(exc.args[0]) if exc.args else ""
+        except Exception:
+            text = ""
+    return text
+
+
+def find_match(exc: BaseException) -> tuple[BaseException, str, MessageMatch] | None:
+    """The first exception in ``exc``'s cause/context chain whose message a rule matches."""
+    try:
+        if not isinstance(exc, BaseException):
+            return None
+        for e in _exception_chain(exc):
+            text = _message_of(e)
+            match = parse_message(text)
+            if match is not None:
+                return e, text, match
+    except Exception:
+        return None
+    return None
+
+
+def diagnose(
+    exc: BaseException,
+    namespace: Mapping[str, Any] | None = None,
+    cell: str | Cell | None = None,
+    *,
+    target: str | None = None,
+    shell: Any = None,
+    allow_meta: bool = False,
+) -> Diagnosis | None:
+    """Explain a device-mismatch error, or return ``None`` if ``exc`` is not one.
+
+    ``namespace`` is the user's namespace (IPython's ``user_ns``), ``cell`` the failing cell's
+    source (or its parsed :class:`Cell`), ``shell`` the IPython shell (its ``transform_cell``
+    turns magics into Python), ``target`` a device the user asked for (``%%devicecheck -d``):
+    then the fix moves everything there. ``allow_meta``: meta may be suggested as a target
+    (the user said it stands in for an accelerator); otherwise nothing real moves to meta.
+    Never raises.
+    """
+    found = find_match(exc)
+    if found is None:
+        return None
+    err, text, match = found
+    chain = _exception_chain(exc)
+    try:
+        parsed = cell if isinstance(cell, Cell) else parse_cell(cell, shell)
+    except Exception:
+        parsed = parse_cell("")
+    try:
+        return _diagnose(err, chain, text, match, namespace, parsed, target, allow_meta)
+    except Exception:
+        # Analysis failed on something hostile: still say what the message means.
+        try:
+            return _diagnose(err, [], text, match, None, parse_cell(""), target, allow_meta)
+        except Exception:
+            return None
+
+
+def _failing_line(err: BaseException, chain: list[BaseException]) -> int | None:
+    """The line of the cell (its ``<module>`` frame) that was running when the error came."""
+    for e in [err, *chain]:
+        tb = getattr(e, "__traceback__", None)
+        lineno = None
+        steps = 0
+        while tb is not None and steps < 10_000:
+            steps += 1
+            try:
+                code = tb.tb_frame.f_code
+                if code.co_name == "<module>":
+                    from .frames import is_user_filename
+
+                    if is_user_filename(code.co_filename):
+                        lineno = tb.tb_lineno
+            except Exception:
+                pass
+            tb = tb.tb_next
+        if lineno is not None:
+            return lineno
+    return None
+
+
+def _diagnose(
+    err: BaseException,
+    chain: list[BaseException],
+    text: str,
+    match: MessageMatch,
+    namespace: Mapping[str, Any] | None,
+    cell: Cell,
+    target: str | None,
+    allow_meta: bool,
+) -> Diagnosis:
+    torch = _torch()
+    rule = rule_for(match.kind)
+    cands: list[_Candidate] = []
+    objects: dict[int, Any] = {}
+    if torch is not None:
+        cands = _collect(err, chain, namespace, cell, torch)
+        # the few objects a fix needs to look at again (meta modules, attribute owners)
+        if namespace is not None:
+            for c in cands:
+                if c.info.category == "module" and c.info.meta_params:
+                    ok, obj = _resolve(namespace, c.alias or c.name, torch)
+                    if ok and id(obj) == c.obj_id:
+                        objects[c.obj_id] = obj
+    lineno = _failing_line(err, chain)
+
+    if (rule.movers == "index" and match.kind == "indices_device") or rule.movers == "meta":
+        # the message names one device only (the indexed tensor's; meta): list who is where
+        relevant = [c for c in cands if c.info.by_device]
+    else:
+        relevant = [c for c in cands if _relevant(c, match.devices)]
+
+    # objects that merely hold tensors (loader, dataset, trainer) only where nothing more
+    # direct (a tensor, module, optimizer, container) is on their devices
+    direct = {d for c in relevant if c.info.category != "object" for d in c.info.by_device}
+    relevant = [
+        c for c in relevant if c.info.category != "object" or not set(c.info.by_device) <= direct
+    ]
+
+    # -- anonymous operands: a device in the message that no named candidate of this line has
+    if torch is not None and lineno is not None and match.devices:
+        in_line = cell.reads_in_line(lineno)
+        covered = {
+            d
+            for c in relevant
+            if c.where != "cell" or c.name in in_line or c.name.split(".")[0] in in_line
+            for d in c.info.by_device
+        }
+        missing = [d for d in match.devices if not any(_same_device(d, x) for x in covered)]
+        if missing:
+            for n, creation in enumerate(cell.creations_in(lineno, namespace)):
+                dev = creation.device
+                if dev is None or not any(_same_device(_normalize_target(dev), m) for m in missing):
+                    continue
+                info = _Info(
+                    kind="expression",
+                    category="expression",
+                    by_device={_normalize_target(dev): 0},
+                    actual=0,
+                )
+                relevant.append(
+                    _Candidate(
+                        creation.text,
+                        f"line {lineno}",
+                        -1 - n,
+                        info,
+                        order=10_000 + n,
+                        creation=creation,
+                        lineno=lineno,
+                    )
+                )
+
+    user_target = _normalize_target(target) if target else None
+    meta_ok = allow_meta or user_target == "meta"
+    plan = _Plan()
+    note = rule.note_for(match)
+    if note:
+        plan.notes.append(note)
+
+    # -- an out= tensor in the failing line: its values are overwritten, so it is the one that
+    # moves, to where the inputs are (whatever the message's wording)
+    out_name = cell.out_argument(lineno) if lineno is not None else None
+    out_cands = [c for c in relevant if out_name is not None and c.name == out_name]
+    out_ids: set[int] = set()
+    others = [c for c in relevant if c not in out_cands]
+    input_devices = {d for c in others for d in c.info.by_device}
+    out_target = None
+    if out_cands and len(input_devices) == 1 and not user_target:
+        (only,) = input_devices
+        if not _on_target(out_cands[0].info.devices, only):
+            out_target = only
+
+    # -- which device --------------------------------------------------------------------------
+    dest: str | None
+    reason = ""
+    if user_target:
+        dest, reason = user_target, f"move everything to {user_target}, as asked"
+    elif out_target is not None and (out_target != "meta" or meta_ok):
+        dest, reason = out_target, "an out= tensor goes where its inputs are"
+    elif rule.target == "none":
+        dest = None
+    elif rule.target == "cpu":
+        dest, reason = "cpu", f"{match.argument or 'it'} must be on the CPU"
+    elif rule.target == "real":
+        asked = cell.to_target()
+        dest = _normalize_target(asked) if asked else _real_device(relevant, match, None)
+        reason = "meta tensors hold no data: allocate real storage, then load the weights"
+    elif rule.target == "expected" and match.expected and relevant:
+        dest, reason = match.expected, "move it to the device the operation expected"
+        if match.kind in ("indices_device", "value_device"):
+            reason = "move the index tensor to the indexed tensor's device"
+        if match.kind == "data_parallel":
+            reason = "DataParallel needs the module on device_ids[0]"
+    elif rule.target == "expected" and match.expected:
+        dest, reason = match.expected, "move it to the device the operation expected"
+    else:
+        dest, reason = _choose_target(relevant, match)
+    if dest is not None and dest == "meta" and not meta_ok:
+        # meta keeps no data: computing there makes the error go away and computes nothing
+        dest = _real_device(relevant, match, None)
+        reason = "meta holds no data: run on a real device"
+
+    # -- who moves -------------------------------------------------------------------------------
+    movers: list[_Candidate] = []
+    if rule.movers == "meta":
+        movers = [c for c in relevant if c.info.category == "module" and c.info.meta_params]
+        if not movers:
+            movers = [c for c in relevant if "meta" in c.info.by_device]
+    elif rule.target == "none":
+        movers = []
+    elif dest is not None:
+        movers = [c for c in relevant if not _on_target(c.info.devices, dest) and not c.covered]
+        if not user_target:
+            if rule.movers == "modules":
+                movers = [c for c in movers if c.info.category == "module"] or movers
+            elif rule.movers == "index":
+                idx = [
+                    c
+                    for c in movers
+                    if c.info.category in ("tensor", "expression")
+                    and (c.info.dtype or "int").startswith(("int", "uint", "bool"))
+                ]
+                movers = idx or [c for c in movers if c.info.category == "tensor"] or movers
+            elif rule.movers == "out":
+                named = [c for c in movers if c.name == out_name]
+                odd = [
+                    c
+                    for c in movers
+                    if match.argument_device
+                    and any(_same_device(d, match.argument_device) for d in c.info.by_device)
+                ]
+                movers = named or odd or movers
+                out_ids = {id(c) for c in (named or odd)}
+        if out_target is not None and dest == out_target:
+            movers = out_cands
+            out_ids = {id(c) for c in out_cands}
+        # an attribute culprit: only the attribute moves (its module is where it should be)
+        attrs = [c for c in movers if c.where.startswith("attribute ")]
+        if attrs:
+            movers = attrs
+        # a named expression on the odd device beats moving the other side around it
+    exprs = [c for c in relevant if c.info.category == "expression"]
+    if exprs and dest is not None and not user_target:
+        odd_exprs = [c for c in exprs if not _on_target(c.info.devices, dest)]
+        if odd_exprs:
+            movers = [m for m in movers if m.info.category == "expression"] or odd_exprs
+
+    # conv ``Input type (torch.HalfTensor) and weight type (torch.cuda.FloatTensor)``: the
+    # input also needs the layer's dtype, even where its device is right
+    dtype = match.dtypes[1] if match.kind == "conv_type" and match.dtype_mismatch else None
+    in_dtype = match.dtypes[0] if dtype else "-"
+    if dtype:
+        for c in relevant:
+            if c.info.category == "tensor" and c.info.dtype == in_dtype and c not in movers:
+                movers.append(c)
+
+    # -- fix lines ---------------------------------------------------------------------------------
+    rewrote: set[int] = set()
+    no_data: list[_Candidate] = []
+    for c in sorted(movers, key=lambda c: c.order):
+        if dest is None:
+            break
+        if c.info.category == "expression" and c.creation is not None:
+            if c.lineno in rewrote:
+                continue
+            same_line = [
+                k.creation for k in movers if k.creation is not None and k.lineno == c.lineno
+            ]
+            new = cell.rewrite(c.lineno, same_line, dest)
+            if new:
+                rewrote.add(c.lineno or 0)
+                plan.fix_lines.append(FixLine(f"line {c.lineno}", new))
+            continue
+        if c.where.startswith("attribute ") and c.attr:
+            _attribute_fix(c, dest, plan)
+            continue
+        if (
+            id(c) in out_ids
+            and c.info.category == "tensor"
+            and "meta" in c.info.by_device
+            and dest != "meta"
+        ):
+            # an out= tensor's values are overwritten: a fresh one on dest loses nothing
+            name = c.alias or c.name
+            plan.fix_lines.append(
+                FixLine(_place(c), f"{name} = torch.empty_like({name}, device={_quote(dest)})")
+            )
+            continue
+        if "meta" in c.info.by_device and dest != "meta":
+            if c.info.category == "module" and c.info.meta_params:
+                _meta_module_fix(c, dest, namespace, objects.get(c.obj_id), torch, plan)
+                continue
+            if not meta_ok or rule.movers == "meta":
+                # meta holds no values: .to() would raise "Cannot copy out of meta tensor".
+                # (Where meta stands in for an accelerator -- allow_meta -- it is moved like one.)
+                no_data.append(c)
+                continue
+        src = _move_source(c, dest, dtype if c.info.dtype == in_dtype else None)
+        if src:
+            plan.fix_lines.append(FixLine(_place(c), src))
+    if no_data:
+        rewritten = _recreate_meta_tensors(no_data, cell, dest or "cpu", plan)
+        left = [c for c in no_data if c.name not in rewritten]
+        if left:
+            names = ", ".join(c.alias or c.name for c in left)
+            plan.safe = False
+            plan.why = (
+                f"{names} {'is a meta tensor' if len(left) == 1 else 'are meta tensors'}: "
+                "meta holds shapes but no values, so there is nothing to move; create "
+                f"{'it' if len(left) == 1 else 'them'} on {dest} (where it is made, with "
+                f"device={_quote(dest or 'cpu')}) or load the real values."
+            )
+
+    if rule.movers == "meta" and not movers:
+        plan.safe = False
+        plan.why = (
+            "meta tensors hold no data, so .to() has nothing to copy: create the tensor on a "
+            "real device, or for a module use to_empty(device=...) and load its weights."
+        )
+    if rule.target == "none" and match.kind == "generator_device":
+        dev = match.expected or "cpu"
+        plan.fix_lines = [
+            FixLine(
+                "cell",
+                f"generator = torch.Generator(device={_quote(dev)})  # pass generator=generator",
+            )
+        ]
+        plan.notes.append(
+            f"a torch.Generator lives on one device; the operation (often a shuffling "
+            f"DataLoader or randperm under torch.set_default_device) wanted one on "
+            f'{match.expected}: pass generator=torch.Generator(device="{match.expected}").'
+        )
+
+    if not plan.fix_lines and plan.safe:
+        plan.fix_lines = [FixLine("cell", _fallback_fix(match, dest))]
+    fix = "; ".join(line.source for line in plan.fix_lines)
+
+    _more_notes(plan, match, relevant, movers, dest, user_target, meta_ok)
+
+    action = _action(plan, movers, dest, meta_ok, namespace)
+    culprits = [_to_culprit(c) for c in relevant]
+    return Diagnosis(
+        message=text,
+        kind=match.kind,
+        devices=match.devices,
+        argument=match.argument,
+        operator=match.operator,
+        culprits=culprits,
+        fix=fix,
+        note=" ".join(dict.fromkeys(n for n in plan.notes if n)),
+        target=dest,
+        fix_lines=plan.fix_lines,
+        reason=reason,
+        match=match,
+        safe=plan.safe,
+        why_no_fix=plan.why,
+        action=action,
+    )
+
+
+def _attribute_fix(c: _Candidate, dest: str, plan: _Plan) -> None:
+    attr = c.attr or ""
+    cls = c.cls
+    c.cls = None
+    owner = c.owner
+    if owner:
+        plan.fix_lines.append(
+            FixLine(
+                "cell",
+                f'{owner}.register_buffer("{attr}", vars({owner}).pop("{attr}").to({_quote(dest)}))',
+            )
+        )
+    found = _init_assignment(cls, attr) if cls is not None else None
+    if found is not None:
+        where, expr = found
+        plan.fix_lines.append(FixLine(f"class {where}", f'self.register_buffer("{attr}", {expr})'))
+        plan.notes.append(
+            f"self.{attr} is a plain tensor attribute, so module.to() does not move it: in "
+            f'{where} replace `self.{attr} = {expr}` with `self.register_buffer("{attr}", '
+            f"{expr})` and it moves (and is saved) with the module."
+        )
+    else:
+        plan.notes.append(
+            f"self.{attr} is a plain tensor attribute, so module.to() does not move it: create "
+            f'it with self.register_buffer("{attr}", ...) in __init__.'
+        )
+    if not owner and found is None:
+        plan.safe = False
+        plan.why = f"self.{attr} is not reachable from a variable: register it as a buffer."
+
+
+def _recreate_meta_tensors(
+    no_data: list[_Candidate], cell: Cell, dest: str, plan: _Plan
+) -> set[str]:
+    """Meta tensors the cell itself creates (``x = torch.randn(3, device="meta")``): rewrite
+    that line to create them on ``dest``. Returns the names handled."""
+    done: set[str] = set()
+    if cell.tree is None:
+        return done
+    for c in no_data:
+        if c.where != "cell" or c.info.category not in ("tensor", "container"):
+            continue
+        for node in ast.walk(cell.tree):
+            if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+                continue
+            t = node.targets[0]
+            if not (isinstance(t, ast.Name) and t.id == c.name):
+                continue
+            creations = [
+                k for k in cell.creations_in(node.lineno) if k.device and "meta" in k.device
+            ]
+            if creations:
+                new = cell.rewrite(node.lineno, creations, dest)
+                if new:
+                    plan.fix_lines.append(FixLine(f"line {node.lineno}", new))
+                    done.add(c.name)
+                    break
+    return done
+
+
+def _more_notes(
+    plan: _Plan,
+    match: MessageMatch,
+    relevant: list[_Candidate],
+    movers: list[_Candidate],
+    dest: str | None,
+    user_target: str | None,
+    meta_ok: bool,
+) -> None:
+    if dest == "meta":
+        meta_mods = [c for c in relevant if c.info.category == "module" and c.info.meta_params]
+        if meta_mods:
+            m0 = meta_mods[0].alias or meta_mods[0].name
+            plan.notes.append(
+                "meta tensors hold no data: moving to meta makes the error go away but "
+                f"computes nothing; to run for real, materialise {m0} on a real device with "
+                f'{m0}.to_empty(device="cpu") and load its weights ({m0}.load_state_dict(...)).'
+            )
+        else:
+            plan.notes.append(
+                "meta tensors hold no data: moving to meta makes the error go away but "
+                "computes nothing; to run for real, create the meta tensors on a real device."
+            )
+    elif (
+        any("meta" in c.info.by_device for c in relevant)
+        and not meta_ok
+        and match.kind not in ("meta_copy",)
+    ):
+        plan.notes.append(
+            "meta tensors hold no data, so nothing is moved to meta (that would throw real "
+            "values away and compute nothing)."
+        )
+    if match.kind == "conv_type" and match.dtype_mismatch:
+        types = " and ".join(match.types)
+        plan.notes.append(
+            f"this message also covers dtype mismatches: {types} differ in dtype "
+            f"({match.dtypes[0]} vs {match.dtypes[1]}); convert the input with "
+            f'.to("{dest}", torch.{match.dtypes[1]}).'
+        )
+    if any(c.info.trainable_leaf and c in movers for c in relevant):
+        plan.notes.append(
+            "a trainable leaf tensor gets a new object when moved: rebuild any optimizer that "
+            "holds the old one."
+        )
+    if not user_target and dest == "cpu" and match.kind not in ("meta_copy", "indices_device"):
+        others = [d for c in relevant for d in c.info.by_device if d not in ("cpu", "meta")] + [
+            d for d in match.devices if d not in ("cpu", "meta")
+        ]
+        if others:
+            alt = "; ".join(
+                src
+                for c in relevant
+                if c.info.category != "expression"
+                and not _on_target(c.info.devices, others[0])
+                and (src := _move_source(c, others[0]))
+            )
+            if alt:
+                plan.notes.append(f"to run on {others[0]} instead: {alt}")
+
+
+def _action(
+    plan: _Plan,
+    movers: list[_Candidate],
+    dest: str | None,
+    meta_ok: bool,
+    namespace: Mapping[str, Any] | None,
+) -> MoveAction | None:
+    """The fix as a plain move of namespace names, for the one-click button; None when the fix
+    is anything else (a rewrite, to_empty, a buffer, moving a loop's batch variable)."""
+    if not plan.safe or dest is None or not movers or namespace is None:
+        return None
+    if dest == "meta" and not meta_ok:
+        return None
+    names: list[str] = []
+    for c in movers:
+        if c.info.category == "expression" or c.where.startswith("attribute "):
+            return None
+        if "meta" in c.info.by_device and dest != "meta":
+            return None  # meta data cannot be copied
+        if c.loop_var or (c.where != "cell" and not c.alias):
+            return None  # the next iteration / call makes a new one: the code must change
+        name = c.alias or c.name
+        if "." in name or "[" in name:
+            return None  # the move engine moves top-level names
+        try:
+            if name not in namespace:
+                return None
+        except Exception:
+            return None
+        names.append(name)
+    return MoveAction(tuple(dict.fromkeys(names)), dest)
+
+
+def _fallback_fix(match: MessageMatch, dest: str | None) -> str:
+    """No culprit found: say what to do in a comment (still valid Python source)."""
+    if match.kind == "meta_copy":
+        return f'model.to_empty(device="{dest or "cpu"}")  # then load_state_dict(...)'
+    if dest is None:
+        return "# move every tensor and module of this operation to one device with .to(device)"
+    what = f"the tensor passed as '{match.argument}'" if match.argument else "every input"
+    op = f" of {match.operator}" if match.operator else ""
+    return f'# move {what}{op} to "{dest}": x = x.to("{dest}")'
+
+
+def _to_culprit(c: _Candidate) -> Culprit:
+    return Culprit(
+        name=c.name,
+        where=c.where,
+        kind=c.info.kind,
+        devices=c.info.devices,
+        bytes=c.info.actual,
+        needed_bytes=c.info.needed,
+        bytes_by_device=dict(c.info.by_device),
+        dtype=c.info.dtype,
+        alias=c.alias,
+    )

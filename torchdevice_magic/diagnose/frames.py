@@ -1,0 +1,133 @@
+"""Which traceback frames are the user's, and how to show a traceback without torch's insides.
+
+Pure: the standard library only (torch's directory is read from ``sys.modules`` when imported).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from typing import Any
+
+__all__ = ["collapse_library_frames", "is_user_filename", "user_frames"]
+
+
+def _torch() -> Any:
+    return sys.modules.get("torch")
+
+
+_STD_DIRS: tuple[str, ...] | None = None
+_STD_DIRS_WITH_TORCH = False
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Directories whose frames are library code, not the user's."""
+    global _STD_DIRS, _STD_DIRS_WITH_TORCH
+    with_torch = _torch() is not None
+    if _STD_DIRS is not None and with_torch == _STD_DIRS_WITH_TORCH:
+        return _STD_DIRS
+    dirs: set[str] = set()
+    try:
+        paths = sysconfig.get_paths()
+        for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+            if paths.get(key):
+                dirs.add(paths[key])
+    except Exception:
+        pass
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
+        dirs.add(os.path.join(prefix, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}"))
+    torch = _torch()
+    try:
+        if torch is not None and getattr(torch, "__file__", None):
+            dirs.add(os.path.dirname(torch.__file__))
+    except Exception:
+        pass
+    dirs.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    expanded: set[str] = set()
+    for d in dirs:
+        for variant in (d, os.path.realpath(d)):
+            expanded.add(os.path.normcase(os.path.abspath(variant)).rstrip(os.sep) + os.sep)
+    _STD_DIRS = tuple(sorted(expanded))
+    _STD_DIRS_WITH_TORCH = with_torch  # recompute once torch (maybe a source checkout) arrives
+    return _STD_DIRS
+
+
+def is_user_filename(filename: str) -> bool:
+    """True for the user's code: notebook cells and their own files, not torch/stdlib/libs."""
+    if not filename:
+        return False
+    if filename.startswith("<"):
+        # ``<ipython-input-3-...>`` and ``<string>`` are user code; ``<frozen ...>`` is not.
+        return not filename.startswith(("<frozen", "<__array_function__"))
+    norm = os.path.normcase(os.path.abspath(filename))
+    parts = norm.split(os.sep)
+    if "site-packages" in parts or "dist-packages" in parts:
+        return False
+    return not any(norm.startswith(d) for d in _library_dirs())
+
+
+def user_frames(tb: Any, limit: int = 3) -> list[Any]:
+    """The innermost ``limit`` user function frames (outermost first); module-level skipped."""
+    frames: list[Any] = []
+    steps = 0
+    while tb is not None and steps < 10_000:
+        steps += 1
+        try:
+            frame = tb.tb_frame
+            code = frame.f_code
+            if is_user_filename(code.co_filename) and code.co_name != "<module>":
+                frames.append(frame)
+            tb = tb.tb_next
+        except Exception:
+            break
+    return frames[-limit:]
+
+
+def torch_dirs() -> tuple[str, ...]:
+    """torch's own directories (and this package's): frames there are collapsed."""
+    dirs = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    torch = _torch()
+    try:
+        if torch is not None and getattr(torch, "__file__", None):
+            dirs.append(os.path.dirname(torch.__file__))
+    except Exception:
+        pass
+    out = []
+    for d in dirs:
+        for variant in (d, os.path.realpath(d)):
+            out.append(os.path.normcase(os.path.abspath(variant)).rstrip(os.sep) + os.sep)
+    return tuple(out)
+
+
+def is_torch_filename(filename: str) -> bool:
+    if not filename or filename.startswith("<"):
+        return False
+    norm = os.path.normcase(os.path.abspath(filename))
+    return any(norm.startswith(d) for d in torch_dirs())
+
+
+def collapse_library_frames(tb: Any) -> tuple[list[Any], int]:
+    """The traceback entries to show: the user's frames, each run of torch frames replaced by
+    its first entry (where the user's call entered torch). Returns (tb objects, hidden count)."""
+    shown: list[Any] = []
+    hidden = 0
+    in_torch = False
+    steps = 0
+    while tb is not None and steps < 10_000:
+        steps += 1
+        try:
+            filename = tb.tb_frame.f_code.co_filename
+        except Exception:
+            filename = ""
+        if is_torch_filename(filename):
+            if in_torch:
+                hidden += 1
+            else:
+                shown.append(tb)
+            in_torch = True
+        else:
+            shown.append(tb)
+            in_torch = False
+        tb = tb.tb_next
+    return shown, hidden
