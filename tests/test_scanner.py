@@ -454,3 +454,33 @@ def test_module_with_a_none_child_and_a_shared_submodule():
     shared.bias.grad = torch.ones(4)
     after = by_name(scanner.scan(namespace))
     assert after["model"].grad_bytes == 64 and after["twice"].grad_bytes == 16
+
+
+def test_optimizer_state_storages_keyed_when_asked_are_the_same():
+    """Adam's state is summed per device at scan time and keyed only when asked: the keys,
+    sizes and totals are those of every state tensor's storage, each counted once."""
+    from torchdevice_magic import scanner as S
+    from torchdevice_magic.objects import TorchTypes
+
+    model = torch.nn.Linear(8, 4)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.randn(2, 8)).sum().backward()
+    optimizer.step()
+    state = [t for s in optimizer.state.values() for t in s.values()]
+    expected = {
+        ("cpu", t.untyped_storage().data_ptr()): ("cpu", t.untyped_storage().nbytes())
+        for t in state
+    }
+    inventory = tdm.scan({"optimizer": optimizer})
+    record = inventory["optimizer"]
+    assert inventory.storages() == expected
+    assert record.bytes == sum(n for _, n in expected.values()) == record.state_bytes["cpu"]
+    # several devices: grouped by device, a storage shared by two tensors counted once
+    T = TorchTypes.current()
+    a, b = torch.ones(4), torch.ones(2)
+    groups = S._sizes_by_device(T, [a, b, a[1:]], ["cpu", "other:0", "cpu"])
+    assert groups == [
+        ("cpu", {a.untyped_storage().data_ptr(): 16}),
+        ("other:0", {b.untyped_storage().data_ptr(): 8}),
+    ]
+    assert S._sizes_by_device(T, [torch.ones(1, device="meta")], ["meta"]) is None

@@ -89,8 +89,8 @@ class _Entry:
     time, whether the name still holds the same thing."""
 
     __slots__ = (
-        "object_id", "records", "storages", "signature", "ref", "volatile", "record_keys",
-        "tensor_ids", "structure", "kind",
+        "object_id", "records", "_storages", "_pending", "signature", "ref", "volatile",
+        "record_keys", "tensor_ids", "structure", "kind",
     )  # fmt: skip
 
     def __init__(
@@ -106,7 +106,9 @@ class _Entry:
         self.object_id = object_id
         self.records = records
         # storage key -> (device, nbytes); nbytes is what the storage *would* need on meta.
-        self.storages = storages
+        self._storages = storages
+        # storages of one device read as {pointer: nbytes}, keyed only when first asked
+        self._pending: list[tuple[str, dict[int, int]]] | None = None
         self.signature = signature
         self.ref = ref
         self.volatile = volatile
@@ -118,6 +120,24 @@ class _Entry:
         self.tensor_ids: tuple[int, ...] = ()
         # composites: the shape of what was walked (keys only), for objects.signature
         self.structure: objects.Spec | None = None
+
+    @property
+    def storages(self) -> Storages:
+        """{storage key: (device, nbytes)}; a scan's one-device batches are keyed here, when
+        first asked (building the (device, pointer) keys costs as much as reading them)."""
+        pending = self._pending
+        if pending is not None:
+            keyed: Storages = {}
+            for device, sizes in pending:
+                keys = zip(repeat(device), sizes)
+                keyed.update(zip(keys, zip(repeat(device), sizes.values())))  # noqa: B905
+            keyed.update(self._storages)
+            self._storages, self._pending = keyed, None
+        return self._storages
+
+    @storages.setter
+    def storages(self, storages: Storages) -> None:
+        self._storages, self._pending = storages, None
 
     def keys_per_record(self) -> Iterable[tuple[Record, Iterable[StorageKey]]]:
         if self.record_keys is None:
@@ -189,6 +209,39 @@ def _read_storages(
         return [objects.add_storages(T, t, d, into) for t, d in zip(tensors, devices, strict=True)]
     into.update(zip(zip(devices, pointers), zip(devices, sizes)))  # noqa: B905 - same lengths
     return sizes
+
+
+def _sizes_by_device(
+    T: TorchTypes, tensors: list[Any], devices: list[str]
+) -> list[tuple[str, dict[int, int]]] | None:
+    """(device, {storage pointer: nbytes}) per device (each storage once) of tensors with data
+    pointers on a few devices (Adam on a GPU: state there, ``step`` counters on the CPU); None
+    otherwise (then :func:`_read_storages` keys them the careful way)."""
+    if not devices:
+        return None
+    first = devices[0]
+    if devices.count(first) == len(devices):
+        groups = [(first, tensors)]
+    else:
+        names = set(devices)
+        if len(names) > 4:
+            return None
+        groups = [
+            (name, list(compress(tensors, map(str.__eq__, devices, repeat(name)))))
+            for name in sorted(names, key=device_sort_key)
+        ]
+    found = []
+    try:
+        for device, group in groups:
+            storages = list(map(T.Tensor.untyped_storage, group))
+            pointers = list(map(T.UntypedStorage.data_ptr, storages))
+            if 0 in pointers:
+                return None
+            sizes = map(T.UntypedStorage.nbytes, storages)
+            found.append((device, dict(zip(pointers, sizes))))  # noqa: B905 - same lengths
+    except Exception:
+        return None
+    return found
 
 
 def _grad_facts(T: TorchTypes, tensor: Any) -> _Grad | None:
@@ -747,8 +800,15 @@ def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None 
         state_tensors = [tensor for _, _, tensor in found]
         owners = [id(param) for param, _, _ in found]
     devices = _device_names_of(T, state_tensors)
-    _read_storages(T, state_tensors, devices, storages)
-    state_bytes = _bytes_by_device(storages)
+    by_device_sizes = _sizes_by_device(T, state_tensors, devices)
+    if by_device_sizes is not None:  # the usual case: summed here, keyed when asked
+        totals = [(device, sum(sizes.values())) for device, sizes in by_device_sizes]
+        needed = sum(total for _, total in totals)
+        state_bytes = {device: 0 if device == "meta" else total for device, total in totals}
+    else:
+        _read_storages(T, state_tensors, devices, storages)
+        state_bytes = _bytes_by_device(storages)
+        needed = _needed_bytes(storages)
     # torch keeps 0-dim ``step`` counters on the CPU on purpose: only real state counts, for
     # the mismatch check and for the devices the row shows (column-wise: Adam has 3 per param)
     state_devices = set(devices)
@@ -788,7 +848,7 @@ def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None 
         None,
         len(state),
         sum(by_device.values()),
-        _needed_bytes(storages),
+        needed,
         bytes_by_device=by_device,
         mixed=bool(misplaced),
         note=note,
@@ -806,6 +866,8 @@ def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None 
         True,
         Kind.OPTIMIZER,
     )
+    if by_device_sizes is not None:
+        entry._pending = by_device_sizes
     entry.tensor_ids = tuple(map(id, params))
     return entry
 
