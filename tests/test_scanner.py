@@ -484,3 +484,23 @@ def test_optimizer_state_storages_keyed_when_asked_are_the_same():
         ("other:0", {b.untyped_storage().data_ptr(): 8}),
     ]
     assert S._sizes_by_device(T, [torch.ones(1, device="meta")], ["meta"]) is None
+
+
+def test_module_storages_keyed_when_asked_are_the_same():
+    """A one-device model's parameter, buffer and grad storages are summed at scan time and
+    keyed when asked: tied weights and a buffer viewing a parameter count once."""
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False))
+    model[1].weight = model[0].weight  # tied
+    model.register_buffer("view", model[0].weight.detach()[:2])  # shares the storage
+    model.register_buffer("scale", torch.ones(3))
+    model(torch.tensor([1, 2])).sum().backward()
+    tensors = [model[0].weight, model[0].weight.grad, model.scale]
+    expected = {
+        ("cpu", t.untyped_storage().data_ptr()): ("cpu", t.untyped_storage().nbytes())
+        for t in tensors
+    }
+    inventory = tdm.scan({"model": model})
+    record = inventory["model"]
+    assert inventory.storages() == expected
+    assert record.param_bytes == {"cpu": 160} and record.buffer_bytes == {"cpu": 12}
+    assert record.grad_bytes == 160 and record.bytes == 160 + 160 + 12

@@ -244,6 +244,30 @@ def _sizes_by_device(
     return found
 
 
+def _one_device_module(
+    T: TorchTypes, params: list[Any], buffers: list[Any], grads: list[Any], devices: list[str]
+) -> tuple[str, dict[int, int], dict[int, int], dict[int, int]] | None:
+    """(device, {pointer: nbytes} of the parameters, of the buffers not sharing a parameter's
+    storage, of the grads) when all of them (``devices``: their device names) are on one
+    device with data pointers; else None."""
+    if not devices or devices.count(devices[0]) != len(devices):
+        return None
+    device = devices[0]
+    found: list[dict[int, int]] = []
+    for tensors in (params, buffers, grads):
+        if not tensors:
+            found.append({})
+            continue
+        groups = _sizes_by_device(T, tensors, [device] * len(tensors))
+        if groups is None:
+            return None
+        found.append(groups[0][1])
+    param_sizes, buffer_sizes, grad_sizes = found
+    if not param_sizes.keys().isdisjoint(buffer_sizes):
+        buffer_sizes = {k: v for k, v in buffer_sizes.items() if k not in param_sizes}
+    return device, param_sizes, buffer_sizes, grad_sizes
+
+
 def _grad_facts(T: TorchTypes, tensor: Any) -> _Grad | None:
     # .grad of a non-leaf tensor makes torch warn: only leaves (or retain_grad) have one
     if not (tensor.is_leaf or tensor.retains_grad):
@@ -417,7 +441,7 @@ def _read_columns(
     on_cpu: list[bool] = []
     dtypes: list[Any] = []
     shapes: list[Any] = []
-    columns = (pointers, sizes, requires_grad, on_cpu, dtypes, shapes)
+    columns: tuple[list[Any], ...] = (pointers, sizes, requires_grad, on_cpu, dtypes, shapes)
     for start in range(0, len(tensors), COLUMN_BATCH):
         batch = tensors[start : start + COLUMN_BATCH]
         try:
@@ -442,7 +466,8 @@ def _read_columns(
             T, list(compress(names, other)), list(compress(tensors, other)), into
         )
         names, tensors, ids = (list(compress(c, simple)) for c in (names, tensors, ids))
-        pointers, sizes, on_cpu = (list(compress(c, simple)) for c in (pointers, sizes, on_cpu))
+        pointers, sizes = list(compress(pointers, simple)), list(compress(sizes, simple))
+        on_cpu = list(compress(on_cpu, simple))
         dtypes, shapes = list(compress(dtypes, simple)), list(compress(shapes, simple))
     if False not in on_cpu:
         devices = ["cpu"] * len(tensors)
@@ -626,26 +651,8 @@ def _live_submodules(refs: list[Any]) -> list[Any] | None:
 def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None) -> _Entry:
     parts = objects.module_parts(T, module)
     submodules, params, buffers = parts.submodules, parts.params, parts.buffers
-    # per-record bytes count each storage once (tied weights, parameters sharing a storage)
-    param_storages: Storages = {}
-    buffer_storages: Storages = {}
     param_devices = _device_names_of(T, params)
     buffer_devices = _device_names_of(T, buffers)
-    _read_storages(T, params, param_devices, param_storages)
-    _read_storages(T, buffers, buffer_devices, buffer_storages)
-    for (_, tensor), key in zip(parts.extra, parts.extra_keys, strict=True):
-        device = T.device_name(tensor.device)
-        param_devices.append(device)
-        if key is None:
-            objects.add_storages(T, tensor, device, param_storages)
-        else:  # packed weights: unpacked on request, keyed by their packed holder
-            packed_key = (device, *key)
-            param_storages[packed_key] = (device, tensor.untyped_storage().nbytes())
-    for key in param_storages:
-        buffer_storages.pop(key, None)
-    param_bytes = _bytes_by_device(param_storages)
-    buffer_bytes = _bytes_by_device(buffer_storages)
-    storages = {**param_storages, **buffer_storages}
     if parts.tensors is not None and parts.edges is not None:  # eager: grads read once
         raw_grads = list(map(_get_grad, parts.tensors))
         signature = _signature_of(T, parts.edges, parts.tensors, raw_grads)
@@ -655,16 +662,50 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
         grads = list(map(_get_grad, params))
     if any(map(is_, grads, repeat(None))):  # by identity: `in` would call Tensor.__eq__
         grads = list(compress(grads, map(is_not, grads, repeat(None))))
-    grad_storages: Storages = {}
-    _read_storages(T, grads, _device_names_of(T, grads), grad_storages)
-    grad_bytes = _bytes_by_device(grad_storages)
-    storages.update(grad_storages)
+    grad_devices = _device_names_of(T, grads)
+    may_be_dispatched = _may_be_dispatched(submodules)
+    # per-record bytes count each storage once (tied weights, parameters sharing a storage)
+    pending = None
+    if not parts.extra and not may_be_dispatched:
+        every_device = param_devices + buffer_devices + grad_devices
+        pending = _one_device_module(T, params, buffers, grads, every_device)
+    if pending is not None:  # the usual model: one device; keyed only when asked
+        device, param_sizes, buffer_sizes, grad_sizes = pending
+        param_bytes = {device: sum(param_sizes.values())} if param_sizes else {}
+        buffer_bytes = {device: sum(buffer_sizes.values())} if buffer_sizes else {}
+        grad_bytes = {device: sum(grad_sizes.values())} if grad_sizes else {}
+        combined = {**param_sizes, **buffer_sizes, **grad_sizes}
+        needed = sum(combined.values())
+        storages: Storages = {}
+        by_device = {device: needed} if combined else {}
+    else:
+        param_storages: Storages = {}
+        buffer_storages: Storages = {}
+        _read_storages(T, params, param_devices, param_storages)
+        _read_storages(T, buffers, buffer_devices, buffer_storages)
+        for (_, tensor), key in zip(parts.extra, parts.extra_keys, strict=True):
+            device = T.device_name(tensor.device)
+            param_devices.append(device)
+            if key is None:
+                objects.add_storages(T, tensor, device, param_storages)
+            else:  # packed weights: unpacked on request, keyed by their packed holder
+                packed_key = (device, *key)
+                param_storages[packed_key] = (device, tensor.untyped_storage().nbytes())
+        for key in param_storages:
+            buffer_storages.pop(key, None)
+        param_bytes = _bytes_by_device(param_storages)
+        buffer_bytes = _bytes_by_device(buffer_storages)
+        storages = {**param_storages, **buffer_storages}
+        grad_storages: Storages = {}
+        _read_storages(T, grads, grad_devices, grad_storages)
+        grad_bytes = _bytes_by_device(grad_storages)
+        storages.update(grad_storages)
     param_count = sum(map(T.Tensor.numel, params)) + sum(t.numel() for _, t in parts.extra)
     device_set = set(param_devices) | set(buffer_devices)
     notes: list[str] = []
     movable, movable_reason = True, ""
     dispatch = None
-    if _may_be_dispatched(submodules):
+    if may_be_dispatched:
         dispatch = objects.accelerate_dispatch(T, name, submodules)
     if dispatch is not None:
         offloaded: Storages = {}
@@ -697,7 +738,9 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
     if parts.uninitialized:
         shown = ", ".join(parts.uninitialized[:3]) + ("..." if len(parts.uninitialized) > 3 else "")
         notes.append(f"uninitialized lazy parameters: {shown}")
-    by_device = _bytes_by_device(storages)
+    if pending is None:
+        by_device = _bytes_by_device(storages)
+        needed = _needed_bytes(storages)
     dtypes = set(map(_get_dtype, chain(params, buffers)))
     record = Record(
         name,
@@ -709,7 +752,7 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
         None,
         param_count,
         sum(by_device.values()),
-        _needed_bytes(storages),
+        needed,
         False,
         sum(grad_bytes.values()),
         by_device,
@@ -724,6 +767,8 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
     )
     refs = list(map(weakref.ref, submodules))
     entry = _Entry(id(module), [record], storages, signature, refs, True, Kind.MODULE)
+    if pending is not None:
+        entry._pending = [(pending[0], combined)]
     entry.tensor_ids = tuple(map(id, chain(params, buffers)))
     return entry
 
