@@ -59,11 +59,15 @@ def floor_scan(namespace: dict[str, Any]) -> set[tuple[int, int]]:
     return seen
 
 
-def floor_facts(namespace: dict[str, Any]) -> list[tuple]:
+def floor_facts(namespace: dict[str, Any], top_level_grads: bool = True) -> list[tuple]:
     """The fair floor of a scan (issue 11): visit each value; for each tensor -- top-level,
     inside a top-level list/tuple/dict, module parameters and buffers, their gradients,
     optimizer state -- read its storage's ``data_ptr()`` and ``nbytes()``, its ``device``,
-    ``dtype`` and ``shape`` once: the facts the table needs."""
+    ``dtype`` and ``shape`` once: the facts the table needs.
+
+    ``top_level_grads``: also look for the gradient of each top-level tensor (``requires_grad``,
+    then ``.grad``), as for parameters; the table shows both and the scan must read them. The
+    issue's sentence names gradients of parameters only: ``False`` is that literal floor."""
     facts: list[tuple] = []
     add = facts.append
     tensor_type = torch.Tensor
@@ -77,7 +81,7 @@ def floor_facts(namespace: dict[str, Any]) -> list[tuple]:
     for value in namespace.values():
         if isinstance(value, tensor_type):
             read(value)
-            if value.requires_grad and value.is_leaf and value.grad is not None:
+            if top_level_grads and value.requires_grad and value.is_leaf and value.grad is not None:
                 read(value.grad)
         elif isinstance(value, module_type):
             for tensor in value.parameters():
@@ -130,7 +134,22 @@ def median_ratio(
     """Interleave ``baseline`` and ``function`` (garbage collector off, as in
     :func:`median_seconds`) and return (median of the per-round ratios, median function time,
     median baseline time). Interleaving cancels the slow drifts of a shared virtual machine,
-    which move both figures together."""
+    which move both figures together. The order alternates from round to round (baseline
+    first, then function first), so that neither one always finds the caches the other
+    just filled."""
+    ratios, times, floors = ratio_rounds(function, baseline, rounds, before_each)
+    middle = rounds // 2
+    return ratios[middle], times[middle], floors[middle]
+
+
+def ratio_rounds(
+    function: Callable[[], object],
+    baseline: Callable[[], object],
+    rounds: int = 31,
+    before_each: Callable[[], object] | None = None,
+) -> tuple[list[float], list[float], list[float]]:
+    """The rounds of :func:`median_ratio`, each list sorted: (per-round ratios, function
+    times, baseline times) -- for the spread (quartiles) as well as the median."""
     for _ in range(3):
         if before_each:
             before_each()
@@ -141,20 +160,26 @@ def median_ratio(
     gc.collect()
     gc.disable()
     try:
-        for _ in range(rounds):
+        for round_ in range(rounds):
+            if round_ % 2:
+                if before_each:
+                    before_each()
+                start = time.perf_counter()
+                function()
+                took = time.perf_counter() - start
             start = time.perf_counter()
             baseline()
             floor = time.perf_counter() - start
-            if before_each:
-                before_each()
-            start = time.perf_counter()
-            function()
-            took = time.perf_counter() - start
+            if not round_ % 2:
+                if before_each:
+                    before_each()
+                start = time.perf_counter()
+                function()
+                took = time.perf_counter() - start
             ratios.append(took / floor)
             times.append(took)
             floors.append(floor)
     finally:
         if was_enabled:
             gc.enable()
-    middle = rounds // 2
-    return sorted(ratios)[middle], sorted(times)[middle], sorted(floors)[middle]
+    return sorted(ratios), sorted(times), sorted(floors)

@@ -395,3 +395,112 @@ def test_scan_keeps_no_user_class_alive():
     del Holder, namespace
     gc.collect()
     assert ref() is None
+
+
+def test_full_scan_leaves_out_ipython_names_that_hold_tensors():
+    """The columns drop IPython's own names (`_`, `_5`, `__`, `exit`) found by one search of
+    the joined names, and keep a user's `_private`; the same for a non-dict mapping."""
+    tensors = {f"t{i}": torch.zeros(2) for i in range(300)}
+    namespace = dict(tensors)
+    namespace.update(
+        {"_": tensors["t0"], "_5": torch.ones(3), "__": torch.ones(4), "exit": torch.ones(5)}
+    )
+    namespace["_private"] = torch.ones(6)
+    namespace["n"] = 3
+    for mapping in (namespace, collections.ChainMap(namespace)):
+        names = {record.name for record in tdm.scan(mapping).records}
+        assert names == set(tensors) | {"_private"}
+    # without any such name the search finds nothing to drop
+    assert {r.name for r in tdm.scan(tensors).records} == set(tensors)
+
+
+def test_columns_with_unusual_tensors_among_hundreds():
+    """A batch whose storage cannot be read (sparse) goes the careful way one by one; meta,
+    grad-carrying tensors and Parameters too; the plain rest stays in the columns."""
+    namespace = {f"t{i}": torch.zeros(4) for i in range(700)}  # 16 B each
+    namespace["t300"] = torch.sparse_coo_tensor([[0, 1]], [1.0, 2.0], (4,))
+    namespace["meta"] = torch.zeros(10, device="meta")
+    weight = torch.ones(3, requires_grad=True)
+    weight.grad = torch.ones(3)
+    namespace["weight"] = weight
+    namespace["param"] = torch.nn.Parameter(torch.ones(5))
+    records = by_name(tdm.scan(namespace))
+    assert len(records) == 703
+    assert records["t299"].bytes == 16 and records["t301"].devices == ("cpu",)
+    assert records["t300"].note == "sparse_coo" and records["t300"].bytes > 0
+    assert records["meta"].devices == ("meta",) and records["meta"].would_need_bytes == 40
+    assert records["weight"].requires_grad and records["weight"].grad_bytes == 12
+    assert records["param"].kind == "parameter" and records["param"].bytes == 20
+    totals = tdm.scan(namespace).totals()
+    assert totals["cpu"] == 699 * 16 + records["t300"].bytes + 12 + 12 + 20
+
+
+def test_module_with_a_none_child_and_a_shared_submodule():
+    """Submodules are collected level by level; a None child and a submodule held twice
+    (which sends the module down the careful walk) give the same counts, and a rescan
+    after nothing changed reuses the module while a new grad is seen."""
+    shared = torch.nn.Linear(4, 4)  # 20 params
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    model.register_module("gone", None)
+    twice = torch.nn.Sequential(shared, shared)
+    namespace = {"model": model, "twice": twice}
+    scanner = Scanner()
+    first = by_name(scanner.scan(namespace))
+    assert first["model"].param_count == 20 and first["model"].bytes == 80
+    assert first["twice"].param_count == 20 and first["twice"].bytes == 80
+    again = scanner.scan(namespace)
+    assert not again.objects_changed
+    model[0].weight.grad = torch.ones(4, 4)
+    shared.bias.grad = torch.ones(4)
+    after = by_name(scanner.scan(namespace))
+    assert after["model"].grad_bytes == 64 and after["twice"].grad_bytes == 16
+
+
+def test_optimizer_state_storages_keyed_when_asked_are_the_same():
+    """Adam's state is summed per device at scan time and keyed only when asked: the keys,
+    sizes and totals are those of every state tensor's storage, each counted once."""
+    from torchdevice_magic import scanner as S
+    from torchdevice_magic.objects import TorchTypes
+
+    model = torch.nn.Linear(8, 4)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.randn(2, 8)).sum().backward()
+    optimizer.step()
+    state = [t for s in optimizer.state.values() for t in s.values()]
+    expected = {
+        ("cpu", t.untyped_storage().data_ptr()): ("cpu", t.untyped_storage().nbytes())
+        for t in state
+    }
+    inventory = tdm.scan({"optimizer": optimizer})
+    record = inventory["optimizer"]
+    assert inventory.storages() == expected
+    assert record.bytes == sum(n for _, n in expected.values()) == record.state_bytes["cpu"]
+    # several devices: grouped by device, a storage shared by two tensors counted once
+    T = TorchTypes.current()
+    a, b = torch.ones(4), torch.ones(2)
+    groups = S._sizes_by_device(T, [a, b, a[1:]], ["cpu", "other:0", "cpu"])
+    assert groups == [
+        ("cpu", {a.untyped_storage().data_ptr(): 16}),
+        ("other:0", {b.untyped_storage().data_ptr(): 8}),
+    ]
+    assert S._sizes_by_device(T, [torch.ones(1, device="meta")], ["meta"]) is None
+
+
+def test_module_storages_keyed_when_asked_are_the_same():
+    """A one-device model's parameter, buffer and grad storages are summed at scan time and
+    keyed when asked: tied weights and a buffer viewing a parameter count once."""
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False))
+    model[1].weight = model[0].weight  # tied
+    model.register_buffer("view", model[0].weight.detach()[:2])  # shares the storage
+    model.register_buffer("scale", torch.ones(3))
+    model(torch.tensor([1, 2])).sum().backward()
+    tensors = [model[0].weight, model[0].weight.grad, model.scale]
+    expected = {
+        ("cpu", t.untyped_storage().data_ptr()): ("cpu", t.untyped_storage().nbytes())
+        for t in tensors
+    }
+    inventory = tdm.scan({"model": model})
+    record = inventory["model"]
+    assert inventory.storages() == expected
+    assert record.param_bytes == {"cpu": 160} and record.buffer_bytes == {"cpu": 12}
+    assert record.grad_bytes == 160 and record.bytes == 160 + 160 + 12

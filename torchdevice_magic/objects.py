@@ -81,8 +81,8 @@ import types
 from collections import UserDict
 from collections.abc import Callable
 from functools import partial
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, is_
 from typing import Any, NamedTuple
 
 #: Composites nested deeper than this are not walked (a nested batch is rarely deeper).
@@ -865,10 +865,49 @@ class ModuleParts(NamedTuple):
     extra: list[tuple[str, Any]]  # (label, tensor) held outside _parameters/_buffers
     extra_keys: list[Any]  # a stable identity per extra tensor (packed weights are unpacked)
     uninitialized: list[str]  # qualified names of lazy parameters / buffers
+    #: fast path only (eager modules): every ``_modules`` value of every submodule in order
+    #: (None included), and every parameter then buffer as the dicts hold them (tied weights
+    #: repeated, None left out) -- what a module's change signature is made of
+    edges: list[Any] | None = None
+    tensors: list[Any] | None = None
+    raw_params: int = 0  # how many of ``tensors`` are parameters (the first ones)
+
+
+_modules_of = attrgetter("_modules")
+
+
+def _submodules_fast(module: Any) -> tuple[list[Any], list[Any]] | None:
+    """The module and its submodules, each once, level by level in C-level passes (eager
+    modules: ``_modules`` is a plain dict), and every ``_modules`` value met (None included);
+    None for TorchScript and shared submodules."""
+    try:
+        submodules = [module]
+        edges: list[Any] = []
+        seen = {id(module)}
+        level = [module]
+        while level:
+            found = list(chain.from_iterable(map(dict.values, map(_modules_of, level))))
+            edges += found
+            if any(map(is_, found, repeat(None))):  # ``register_module(name, None)``
+                found = [child for child in found if child is not None]
+            ids = set(map(id, found))
+            if len(ids) != len(found) or not seen.isdisjoint(ids):
+                return None  # a submodule held twice: the careful walk keeps the first
+            seen |= ids
+            submodules += found
+            level = found
+        return submodules, edges
+    except Exception:
+        return None
 
 
 def module_parts(T: TorchTypes, module: Any) -> ModuleParts:
     """The module's parts, eager or TorchScript; raises for unreadable modules."""
+    fast_walk = _submodules_fast(module)
+    if fast_walk is not None:
+        fast = _module_parts_fast(T, *fast_walk)
+        if fast is not None:
+            return fast
     submodules = [module]
     names = [""]
     seen = {id(module)}
@@ -950,7 +989,9 @@ def _packs_weights(tp: type) -> bool:
     return packs
 
 
-def _module_parts_fast(T: TorchTypes, submodules: list[Any]) -> ModuleParts | None:
+def _module_parts_fast(
+    T: TorchTypes, submodules: list[Any], edges: list[Any] | None = None
+) -> ModuleParts | None:
     """The common case (eager modules, plain dicts, no lazy or packed parameters) read
     column-wise; None sends the module down the careful path."""
     try:
@@ -959,18 +1000,23 @@ def _module_parts_fast(T: TorchTypes, submodules: list[Any]) -> ModuleParts | No
     except TypeError:  # TorchScript's wrapper dicts
         return None
     types = set(map(type, params)) | set(map(type, buffers))
+    raw_params = params
+    if type(None) in types:
+        types.discard(type(None))
+        raw_params = [tensor for tensor in params if tensor is not None]
+        buffers = [tensor for tensor in buffers if tensor is not None]
+    tensors = raw_params + buffers
     mixin = T.Uninitialized
     if mixin is not None and any(mixin in _mro_of(tp) for tp in types):
         return None
     if any(map(_packs_weights, set(map(type, submodules)))):
         return None
-    unique_params = dict(zip(map(id, params), params))  # noqa: B905 - tied weights once
+    unique_params = dict(zip(map(id, raw_params), raw_params))  # noqa: B905 - tied once
     unique_buffers = dict(zip(map(id, buffers), buffers))  # noqa: B905
-    unique_params.pop(id(None), None)
-    unique_buffers.pop(id(None), None)
     return ModuleParts(
-        submodules, list(unique_params.values()), list(unique_buffers.values()), [], [], []
-    )
+        submodules, list(unique_params.values()), list(unique_buffers.values()), [], [], [],
+        edges, tensors, len(raw_params),
+    )  # fmt: skip
 
 
 class Dispatch(NamedTuple):

@@ -26,7 +26,7 @@ import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_not, methodcaller, ne
+from operator import and_, attrgetter, is_, is_not, itemgetter, methodcaller, ne, not_
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -89,8 +89,8 @@ class _Entry:
     time, whether the name still holds the same thing."""
 
     __slots__ = (
-        "object_id", "records", "storages", "signature", "ref", "volatile", "record_keys",
-        "tensor_ids", "structure", "kind",
+        "object_id", "records", "_storages", "_pending", "signature", "ref", "volatile",
+        "record_keys", "tensor_ids", "structure", "kind",
     )  # fmt: skip
 
     def __init__(
@@ -106,7 +106,9 @@ class _Entry:
         self.object_id = object_id
         self.records = records
         # storage key -> (device, nbytes); nbytes is what the storage *would* need on meta.
-        self.storages = storages
+        self._storages = storages
+        # storages of one device read as {pointer: nbytes}, keyed only when first asked
+        self._pending: list[tuple[str, dict[int, int]]] | None = None
         self.signature = signature
         self.ref = ref
         self.volatile = volatile
@@ -118,6 +120,24 @@ class _Entry:
         self.tensor_ids: tuple[int, ...] = ()
         # composites: the shape of what was walked (keys only), for objects.signature
         self.structure: objects.Spec | None = None
+
+    @property
+    def storages(self) -> Storages:
+        """{storage key: (device, nbytes)}; a scan's one-device batches are keyed here, when
+        first asked (building the (device, pointer) keys costs as much as reading them)."""
+        pending = self._pending
+        if pending is not None:
+            keyed: Storages = {}
+            for device, sizes in pending:
+                keys = zip(repeat(device), sizes)
+                keyed.update(zip(keys, zip(repeat(device), sizes.values())))  # noqa: B905
+            keyed.update(self._storages)
+            self._storages, self._pending = keyed, None
+        return self._storages
+
+    @storages.setter
+    def storages(self, storages: Storages) -> None:
+        self._storages, self._pending = storages, None
 
     def keys_per_record(self) -> Iterable[tuple[Record, Iterable[StorageKey]]]:
         if self.record_keys is None:
@@ -149,12 +169,22 @@ _get_grad = attrgetter("grad")
 _data_ptr = methodcaller("data_ptr")
 
 
+_is_cpu = attrgetter("is_cpu")
+_first = itemgetter(0)
+_second = itemgetter(1)
+
+
 def _device_names_of(T: TorchTypes, tensors: list[Any]) -> list[str]:
+    """Each tensor's device name. ``is_cpu`` first (a bool torch keeps, where ``.device``
+    makes a new ``torch.device`` per tensor): a CPU-only batch is decided without one."""
+    count = len(tensors)
+    if count > 4 and False not in map(_is_cpu, tensors):
+        return ["cpu"] * count
     devices = list(map(_get_device, tensors))
-    if len(devices) > 64:
+    if count > 64:
         unique = set(devices)
         if len(unique) == 1:  # the usual namespace: one device, one name
-            return [T.device_name(unique.pop())] * len(devices)
+            return [T.device_name(unique.pop())] * count
     try:
         return list(map(T.device_names.__getitem__, devices))
     except KeyError:
@@ -179,6 +209,63 @@ def _read_storages(
         return [objects.add_storages(T, t, d, into) for t, d in zip(tensors, devices, strict=True)]
     into.update(zip(zip(devices, pointers), zip(devices, sizes)))  # noqa: B905 - same lengths
     return sizes
+
+
+def _sizes_by_device(
+    T: TorchTypes, tensors: list[Any], devices: list[str]
+) -> list[tuple[str, dict[int, int]]] | None:
+    """(device, {storage pointer: nbytes}) per device (each storage once) of tensors with data
+    pointers on a few devices (Adam on a GPU: state there, ``step`` counters on the CPU); None
+    otherwise (then :func:`_read_storages` keys them the careful way)."""
+    if not devices:
+        return None
+    first = devices[0]
+    if devices.count(first) == len(devices):
+        groups = [(first, tensors)]
+    else:
+        names = set(devices)
+        if len(names) > 4:
+            return None
+        groups = [
+            (name, list(compress(tensors, map(str.__eq__, devices, repeat(name)))))
+            for name in sorted(names, key=device_sort_key)
+        ]
+    found = []
+    try:
+        for device, group in groups:
+            storages = list(map(T.Tensor.untyped_storage, group))
+            pointers = list(map(T.UntypedStorage.data_ptr, storages))
+            if 0 in pointers:
+                return None
+            sizes = map(T.UntypedStorage.nbytes, storages)
+            found.append((device, dict(zip(pointers, sizes))))  # noqa: B905 - same lengths
+    except Exception:
+        return None
+    return found
+
+
+def _one_device_module(
+    T: TorchTypes, params: list[Any], buffers: list[Any], grads: list[Any], devices: list[str]
+) -> tuple[str, dict[int, int], dict[int, int], dict[int, int]] | None:
+    """(device, {pointer: nbytes} of the parameters, of the buffers not sharing a parameter's
+    storage, of the grads) when all of them (``devices``: their device names) are on one
+    device with data pointers; else None."""
+    if not devices or devices.count(devices[0]) != len(devices):
+        return None
+    device = devices[0]
+    found: list[dict[int, int]] = []
+    for tensors in (params, buffers, grads):
+        if not tensors:
+            found.append({})
+            continue
+        groups = _sizes_by_device(T, tensors, [device] * len(tensors))
+        if groups is None:
+            return None
+        found.append(groups[0][1])
+    param_sizes, buffer_sizes, grad_sizes = found
+    if not param_sizes.keys().isdisjoint(buffer_sizes):
+        buffer_sizes = {k: v for k, v in buffer_sizes.items() if k not in param_sizes}
+    return device, param_sizes, buffer_sizes, grad_sizes
 
 
 def _grad_facts(T: TorchTypes, tensor: Any) -> _Grad | None:
@@ -327,49 +414,67 @@ class _Columns:
         return record
 
 
+#: Tensors read per batch of column passes: a batch's tensors stay in the CPU cache across the
+#: passes (one pass per fact over 20,000 tensors would fetch each tensor from memory 7 times).
+COLUMN_BATCH = 256
+
+
 def _read_columns(
     T: TorchTypes,
     names: list[str],
     tensors: list[Any],
-    types: list[type],
+    types: list[type] | None,
     ids: list[int],
     into: dict[str, Any],
 ) -> tuple[_Columns, list[str]]:
     """The full scan's hot path: each plain tensor's facts read column-wise (``map`` over
-    unbound methods and ``attrgetter``s, so the per-tensor loop runs in C). Grad-carrying
-    tensors, Parameters and storages without a data pointer (empty, meta, wrapper devices) go
-    to ``into`` one at a time. Returns the columns and the names to look at in every rescan."""
+    unbound methods and ``attrgetter``s, so the per-tensor loop runs in C), a batch of
+    :data:`COLUMN_BATCH` tensors at a time. Grad-carrying tensors, Parameters and storages
+    without a data pointer (empty, meta, wrapper devices) go to ``into`` one at a time.
+    ``types``: each tensor's type (None: all exact ``torch.Tensor``). Returns the columns and
+    the names to look at in every rescan."""
+    untyped_storage = T.Tensor.untyped_storage
+    data_ptr, nbytes = T.UntypedStorage.data_ptr, T.UntypedStorage.nbytes
+    pointers: list[int] = []
+    sizes: list[int] = []
+    requires_grad: list[bool] = []
+    on_cpu: list[bool] = []
+    dtypes: list[Any] = []
+    shapes: list[Any] = []
+    columns: tuple[list[Any], ...] = (pointers, sizes, requires_grad, on_cpu, dtypes, shapes)
+    for start in range(0, len(tensors), COLUMN_BATCH):
+        batch = tensors[start : start + COLUMN_BATCH]
+        try:
+            storages = list(map(untyped_storage, batch))
+            pointers += map(data_ptr, storages)
+            sizes += map(nbytes, storages)
+            requires_grad += map(_get_requires_grad, batch)
+            on_cpu += map(_is_cpu, batch)
+            dtypes += map(_get_dtype, batch)
+            shapes += map(_get_shape, batch)
+        except Exception:  # something unusual among them: pointer 0 sends each one careful
+            for column, placeholder in zip(columns, (0, 0, False, True, None, None)):  # noqa: B905
+                del column[start:]
+                column += [placeholder] * len(batch)
     volatile: list[str] = []
-    try:
-        storages = list(map(T.Tensor.untyped_storage, tensors))
-        pointers = list(map(T.UntypedStorage.data_ptr, storages))
-        requires_grad = list(map(_get_requires_grad, tensors))
-        if 0 in pointers or True in requires_grad or T.Parameter in types:
-            plain_type = T.Tensor
-            simple = [
-                p != 0 and not r and t is plain_type
-                for p, r, t in zip(pointers, requires_grad, types)  # noqa: B905
-            ]
-            other = [not flag for flag in simple]
-            volatile = _batch_careful(
-                T, list(compress(names, other)), list(compress(tensors, other)), into
-            )
-            names, tensors = list(compress(names, simple)), list(compress(tensors, simple))
-            storages, pointers = list(compress(storages, simple)), list(compress(pointers, simple))
-            ids = list(compress(ids, simple))
-        columns = _Columns(
-            names,
-            ids,
-            _device_names_of(T, tensors),
-            list(map(_get_dtype, tensors)),
-            list(map(_get_shape, tensors)),
-            pointers,
-            list(map(T.UntypedStorage.nbytes, storages)),
+    if 0 in pointers or True in requires_grad or (types is not None and T.Parameter in types):
+        simple = list(map(and_, map(bool, pointers), map(not_, requires_grad)))
+        if types is not None:
+            simple = list(map(and_, simple, map(is_, types, repeat(T.Tensor))))
+        other = list(map(not_, simple))
+        volatile = _batch_careful(
+            T, list(compress(names, other)), list(compress(tensors, other)), into
         )
-    except Exception:  # something unusual among them: every one the careful way
-        volatile = _batch_careful(T, names, tensors, into)
-        columns = _Columns([], [], [], [], [], [], [])
-    return columns, volatile
+        names, tensors, ids = (list(compress(c, simple)) for c in (names, tensors, ids))
+        pointers, sizes = list(compress(pointers, simple)), list(compress(sizes, simple))
+        on_cpu = list(compress(on_cpu, simple))
+        dtypes, shapes = list(compress(dtypes, simple)), list(compress(shapes, simple))
+    if False not in on_cpu:
+        devices = ["cpu"] * len(tensors)
+    else:  # devices only for those not on the CPU
+        elsewhere = iter(_device_names_of(T, list(compress(tensors, map(not_, on_cpu)))))
+        devices = ["cpu" if cpu else next(elsewhere) for cpu in on_cpu]
+    return _Columns(names, ids, devices, dtypes, shapes, pointers, sizes), volatile
 
 
 def _batch_careful(
@@ -475,10 +580,22 @@ def _tensor_record(
 
 
 def _bytes_by_device(storages: Mapping[StorageKey, tuple[str, int]]) -> dict[str, int]:
+    values = storages.values()
+    if not values:
+        return {}
+    devices = set(map(_first, values))
+    if len(devices) == 1:  # one device (the usual case): summed in C
+        device = devices.pop()
+        return {device: 0 if device == "meta" else sum(map(_second, values))}
     by_device: dict[str, int] = {}
-    for device, nbytes in storages.values():
+    for device, nbytes in values:
         by_device[device] = by_device.get(device, 0) + (0 if device == "meta" else nbytes)
     return by_device
+
+
+def _needed_bytes(storages: Mapping[StorageKey, tuple[str, int]]) -> int:
+    """What the storages hold (what they would need, for meta)."""
+    return sum(map(_second, storages.values()))
 
 
 # --------------------------------------------------------------------------------------------
@@ -501,12 +618,7 @@ def _module_signature(T: TorchTypes, submodules: list[Any]) -> tuple[Any, ...]:
         buffers = chain.from_iterable(map(dict.values, map(_buffers_of, submodules)))
         tensors = [t for t in chain(params, buffers) if t is not None]
         children = chain.from_iterable(map(dict.values, map(_children_of, submodules)))
-        return (
-            tuple(map(id, children)),
-            tuple(map(id, tensors)),
-            tuple(map(_data_ptr, tensors)),
-            tuple(map(id, map(_get_grad, tensors))),
-        )
+        return _signature_of(T, children, tensors, map(_get_grad, tensors))
     except Exception:
         parts = objects.module_parts(T, submodules[0])
         tensors = parts.params + parts.buffers
@@ -519,6 +631,18 @@ def _module_signature(T: TorchTypes, submodules: list[Any]) -> tuple[Any, ...]:
         )
 
 
+def _signature_of(
+    T: TorchTypes, children: Iterable[Any], tensors: list[Any], grads: Iterable[Any]
+) -> tuple[Any, ...]:
+    """The eager module signature from its parts (the scan reads the grads once for both)."""
+    return (
+        tuple(map(id, children)),
+        tuple(map(id, tensors)),
+        tuple(map(T.Tensor.data_ptr, tensors)),
+        tuple(map(id, grads)),
+    )
+
+
 def _live_submodules(refs: list[Any]) -> list[Any] | None:
     submodules = list(map(weakref.ref.__call__, refs))
     return None if None in submodules else submodules
@@ -527,37 +651,61 @@ def _live_submodules(refs: list[Any]) -> list[Any] | None:
 def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None) -> _Entry:
     parts = objects.module_parts(T, module)
     submodules, params, buffers = parts.submodules, parts.params, parts.buffers
-    # per-record bytes count each storage once (tied weights, parameters sharing a storage)
-    param_storages: Storages = {}
-    buffer_storages: Storages = {}
     param_devices = _device_names_of(T, params)
     buffer_devices = _device_names_of(T, buffers)
-    _read_storages(T, params, param_devices, param_storages)
-    _read_storages(T, buffers, buffer_devices, buffer_storages)
-    for (_, tensor), key in zip(parts.extra, parts.extra_keys, strict=True):
-        device = T.device_name(tensor.device)
-        param_devices.append(device)
-        if key is None:
-            objects.add_storages(T, tensor, device, param_storages)
-        else:  # packed weights: unpacked on request, keyed by their packed holder
-            packed_key = (device, *key)
-            param_storages[packed_key] = (device, tensor.untyped_storage().nbytes())
-    for key in param_storages:
-        buffer_storages.pop(key, None)
-    param_bytes = _bytes_by_device(param_storages)
-    buffer_bytes = _bytes_by_device(buffer_storages)
-    storages = {**param_storages, **buffer_storages}
-    grads = [g for g in map(_get_grad, params) if g is not None]
-    grad_storages: Storages = {}
-    _read_storages(T, grads, _device_names_of(T, grads), grad_storages)
-    grad_bytes = _bytes_by_device(grad_storages)
-    storages.update(grad_storages)
+    if parts.tensors is not None and parts.edges is not None:  # eager: grads read once
+        raw_grads = list(map(_get_grad, parts.tensors))
+        signature = _signature_of(T, parts.edges, parts.tensors, raw_grads)
+        grads = raw_grads[: parts.raw_params]
+    else:
+        signature = _module_signature(T, submodules)
+        grads = list(map(_get_grad, params))
+    if any(map(is_, grads, repeat(None))):  # by identity: `in` would call Tensor.__eq__
+        grads = list(compress(grads, map(is_not, grads, repeat(None))))
+    grad_devices = _device_names_of(T, grads)
+    may_be_dispatched = _may_be_dispatched(submodules)
+    # per-record bytes count each storage once (tied weights, parameters sharing a storage)
+    pending = None
+    if not parts.extra and not may_be_dispatched:
+        every_device = param_devices + buffer_devices + grad_devices
+        pending = _one_device_module(T, params, buffers, grads, every_device)
+    if pending is not None:  # the usual model: one device; keyed only when asked
+        device, param_sizes, buffer_sizes, grad_sizes = pending
+        param_bytes = {device: sum(param_sizes.values())} if param_sizes else {}
+        buffer_bytes = {device: sum(buffer_sizes.values())} if buffer_sizes else {}
+        grad_bytes = {device: sum(grad_sizes.values())} if grad_sizes else {}
+        combined = {**param_sizes, **buffer_sizes, **grad_sizes}
+        needed = sum(combined.values())
+        storages: Storages = {}
+        by_device = {device: needed} if combined else {}
+    else:
+        param_storages: Storages = {}
+        buffer_storages: Storages = {}
+        _read_storages(T, params, param_devices, param_storages)
+        _read_storages(T, buffers, buffer_devices, buffer_storages)
+        for (_, tensor), key in zip(parts.extra, parts.extra_keys, strict=True):
+            device = T.device_name(tensor.device)
+            param_devices.append(device)
+            if key is None:
+                objects.add_storages(T, tensor, device, param_storages)
+            else:  # packed weights: unpacked on request, keyed by their packed holder
+                packed_key = (device, *key)
+                param_storages[packed_key] = (device, tensor.untyped_storage().nbytes())
+        for key in param_storages:
+            buffer_storages.pop(key, None)
+        param_bytes = _bytes_by_device(param_storages)
+        buffer_bytes = _bytes_by_device(buffer_storages)
+        storages = {**param_storages, **buffer_storages}
+        grad_storages: Storages = {}
+        _read_storages(T, grads, grad_devices, grad_storages)
+        grad_bytes = _bytes_by_device(grad_storages)
+        storages.update(grad_storages)
     param_count = sum(map(T.Tensor.numel, params)) + sum(t.numel() for _, t in parts.extra)
     device_set = set(param_devices) | set(buffer_devices)
     notes: list[str] = []
     movable, movable_reason = True, ""
     dispatch = None
-    if _may_be_dispatched(submodules):
+    if may_be_dispatched:
         dispatch = objects.accelerate_dispatch(T, name, submodules)
     if dispatch is not None:
         offloaded: Storages = {}
@@ -590,7 +738,9 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
     if parts.uninitialized:
         shown = ", ".join(parts.uninitialized[:3]) + ("..." if len(parts.uninitialized) > 3 else "")
         notes.append(f"uninitialized lazy parameters: {shown}")
-    by_device = _bytes_by_device(storages)
+    if pending is None:
+        by_device = _bytes_by_device(storages)
+        needed = _needed_bytes(storages)
     dtypes = set(map(_get_dtype, chain(params, buffers)))
     record = Record(
         name,
@@ -602,7 +752,7 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
         None,
         param_count,
         sum(by_device.values()),
-        sum(nbytes for _, nbytes in storages.values()),
+        needed,
         False,
         sum(grad_bytes.values()),
         by_device,
@@ -615,9 +765,10 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
         buffer_bytes=buffer_bytes,
         grad_bytes_by_device=grad_bytes,
     )
-    signature = _module_signature(T, submodules)
-    refs = [weakref.ref(sub) for sub in submodules]
+    refs = list(map(weakref.ref, submodules))
     entry = _Entry(id(module), [record], storages, signature, refs, True, Kind.MODULE)
+    if pending is not None:
+        entry._pending = [(pending[0], combined)]
     entry.tensor_ids = tuple(map(id, chain(params, buffers)))
     return entry
 
@@ -637,15 +788,24 @@ def _may_be_dispatched(submodules: list[Any]) -> bool:
 # Optimizers
 
 
-def _optimizer_signature(T: TorchTypes, optimizer: Any) -> tuple[Any, ...]:
+def _optimizer_signature(
+    T: TorchTypes,
+    optimizer: Any,
+    params: list[Any] | None = None,
+    values: list[Any] | None = None,
+    value_types: set[type] | None = None,
+) -> tuple[Any, ...]:
     """Changes when state appears, is replaced (load_state_dict, or a tensor swapped inside a
-    parameter's state), when list state grows (LBFGS history), or when the parameters move."""
+    parameter's state), when list state grows (LBFGS history), or when the parameters move.
+    (``params``, ``values``, ``value_types``: what the caller already read, the same way.)"""
     state = optimizer.state
-    params = objects.optimizer_params(optimizer)
-    values = list(chain.from_iterable(map(dict.values, state.values())))
-    lists = (
-        tuple(len(v) for v in values if type(v) is list) if list in set(map(type, values)) else ()
-    )
+    if params is None:
+        params = objects.optimizer_params(optimizer)
+    if values is None:
+        values = list(chain.from_iterable(map(dict.values, state.values())))
+    if value_types is None:
+        value_types = set(map(type, values))
+    lists = tuple(len(v) for v in values if type(v) is list) if list in value_types else ()
     return (
         id(state),
         len(state),
@@ -659,40 +819,64 @@ def _optimizer_signature(T: TorchTypes, optimizer: Any) -> tuple[Any, ...]:
 def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None = None) -> _Entry:
     storages: Storages = {}
     tensor_type = T.Tensor
-    params = [p for p in objects.optimizer_params(optimizer) if isinstance(p, tensor_type)]
-    param_device = dict(zip(map(id, params), _device_names_of(T, params), strict=True))
+    all_params = objects.optimizer_params(optimizer)
+    params = all_params
+    if False in map(isinstance, params, repeat(tensor_type)):
+        params = [p for p in params if isinstance(p, tensor_type)]
+    param_devices = _device_names_of(T, params)
     state = optimizer.state
-    per_param = [value for value in state.values() if isinstance(value, dict)]
+    per_param = list(state.values())
+    all_dicts = set(map(type, per_param)) <= {dict}
+    if not all_dicts:
+        per_param = [value for value in per_param if isinstance(value, dict)]
     values = list(chain.from_iterable(map(dict.values, per_param)))
-    if {list, tuple, dict}.isdisjoint(set(map(type, values))):
+    value_types = set(map(type, values))
+    owners: list[int] | None = None  # id of each state tensor's parameter, when needed
+    is_tensor: list[bool] | None = None
+    if value_types.isdisjoint((list, tuple, dict)):
         # the common case (SGD, Adam...): one tensor or number per state key, column-wise
-        owner_ids = list(
-            chain.from_iterable(
-                repeat(id(param), len(value))
-                for param, value in state.items()
-                if isinstance(value, dict)
-            )
-        )
-        is_tensor = list(map(isinstance, values, repeat(tensor_type)))
-        state_tensors = list(compress(values, is_tensor))
-        owners = list(compress(owner_ids, is_tensor))
+        if value_types <= {tensor_type, T.Parameter}:
+            state_tensors = values
+        else:
+            is_tensor = list(map(isinstance, values, repeat(tensor_type)))
+            state_tensors = list(compress(values, is_tensor))
     else:  # LBFGS and friends keep lists of tensors in their state
         found = objects.optimizer_state_tensors(T, optimizer)
         state_tensors = [tensor for _, _, tensor in found]
         owners = [id(param) for param, _, _ in found]
     devices = _device_names_of(T, state_tensors)
-    _read_storages(T, state_tensors, devices, storages)
-    state_bytes = _bytes_by_device(storages)
+    by_device_sizes = _sizes_by_device(T, state_tensors, devices)
+    if by_device_sizes is not None:  # the usual case: summed here, keyed when asked
+        totals = [(device, sum(sizes.values())) for device, sizes in by_device_sizes]
+        needed = sum(total for _, total in totals)
+        state_bytes = {device: 0 if device == "meta" else total for device, total in totals}
+    else:
+        _read_storages(T, state_tensors, devices, storages)
+        state_bytes = _bytes_by_device(storages)
+        needed = _needed_bytes(storages)
     # torch keeps 0-dim ``step`` counters on the CPU on purpose: only real state counts, for
     # the mismatch check and for the devices the row shows (column-wise: Adam has 3 per param)
-    real = list(map(T.Tensor.dim, state_tensors))
-    real_state_devices = list(compress(devices, real))
-    real_devices = set(real_state_devices)
-    owner_devices = map(param_device.get, compress(owners, real), real_state_devices)
-    misplaced = sum(map(ne, real_state_devices, owner_devices))
-    by_device = _bytes_by_device(storages)
+    state_devices = set(devices)
+    parameter_device_set = set(param_devices)
+    if params and len(state_devices | parameter_device_set) == 1:  # one device: all in place
+        misplaced = 0
+        real_devices = state_devices if any(map(T.Tensor.dim, state_tensors)) else set()
+    else:
+        if owners is None:
+            owner_params = (
+                list(state) if all_dicts else [p for p, v in state.items() if isinstance(v, dict)]
+            )
+            owner_ids = chain.from_iterable(map(repeat, map(id, owner_params), map(len, per_param)))
+            owners = list(owner_ids if is_tensor is None else compress(owner_ids, is_tensor))
+        param_device = dict(zip(map(id, params), param_devices, strict=True))
+        real = list(map(T.Tensor.dim, state_tensors))
+        real_state_devices = list(compress(devices, real))
+        real_devices = set(real_state_devices)
+        owner_devices = map(param_device.get, compress(owners, real), real_state_devices)
+        misplaced = sum(map(ne, real_state_devices, owner_devices))
+    by_device = dict(state_bytes)
     devices_present = tuple(sorted(real_devices or state_bytes, key=device_sort_key))
-    parameter_devices = tuple(sorted(set(param_device.values()), key=device_sort_key))
+    parameter_devices = tuple(sorted(parameter_device_set, key=device_sort_key))
     note = ""
     if misplaced:
         note = (
@@ -709,7 +893,7 @@ def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None 
         None,
         len(state),
         sum(by_device.values()),
-        sum(nbytes for _, nbytes in storages.values()),
+        needed,
         bytes_by_device=by_device,
         mixed=bool(misplaced),
         note=note,
@@ -720,11 +904,15 @@ def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None 
         id(optimizer),
         [record],
         storages,
-        _optimizer_signature(T, optimizer),
+        _optimizer_signature(
+            T, optimizer, all_params, *((values, value_types) if all_dicts else (None, None))
+        ),
         weakref.ref(optimizer),
         True,
         Kind.OPTIMIZER,
     )
+    if by_device_sizes is not None:
+        entry._pending = by_device_sizes
     entry.tensor_ids = tuple(map(id, params))
     return entry
 
@@ -855,7 +1043,7 @@ def _tensor_list_entry(
         None,
         sum(map(T.Tensor.numel, tensors)),
         sum(by_device.values()),
-        sum(nbytes for _, nbytes in storages.values()),
+        _needed_bytes(storages),
         True in requires_grad,
         grad_bytes,
         by_device,
@@ -924,7 +1112,7 @@ class _ContainerSummary:
             None,
             self.numel,
             sum(by_device.values()),
-            sum(nbytes for _, nbytes in storages.values()),
+            _needed_bytes(storages),
             self.requires_grad,
             self.grad_bytes,
             by_device,
@@ -1114,7 +1302,9 @@ class Scanner:
         if state is not None and state.keys and len(state.ids) == len(state.keys):
             new_state = _rescan(T, namespace, keys, ids, state, changed, recheck)
         else:
-            new_state = _full_scan(T, keys, ids, values)
+            new_state = _full_scan(
+                T, keys, ids, values, namespace if type(namespace) is dict else None
+            )
         hidden = _hidden_entries(T, namespace, new_state) if include_hidden else {}
         inventory = Inventory._from_state(
             new_state,
@@ -1150,36 +1340,82 @@ def scan(
     )
 
 
-def _full_scan(T: TorchTypes, keys: list[str], ids: list[int], values: list[Any]) -> _State:
-    types = list(map(type, values))
+def _full_scan(
+    T: TorchTypes,
+    keys: list[str],
+    ids: list[int],
+    values: list[Any],
+    lookup: dict[str, Any] | None = None,
+) -> _State:
+    """Everything in the namespace (``lookup``: the namespace itself when it is a dict)."""
     # Plain tensors and Parameters, most of a namespace, are picked out column-wise.
-    plain = list(map({T.Tensor, T.Parameter}.__contains__, types))
-    plain_names = list(compress(keys, plain))
-    plain_tensors = list(compress(values, plain))
-    plain_types = list(compress(types, plain))
-    plain_ids = list(compress(ids, plain))
-    if not IPYTHON_NAMES.isdisjoint(plain_names) or any(
-        map(str.startswith, plain_names, repeat("_"))
-    ):  # `_`, `_12`... can hold a tensor
-        keep = [not is_ipython_bookkeeping(name) for name in plain_names]
-        plain_names = list(compress(plain_names, keep))
-        plain_tensors = list(compress(plain_tensors, keep))
-        plain_types = list(compress(plain_types, keep))
-        plain_ids = list(compress(plain_ids, keep))
+    plain: list[bool] | None = None
+    plain_types: list[type] | None = None  # None: every one an exact torch.Tensor
+    if all(map(is_, map(type, values), repeat(T.Tensor))):  # tensors only (identity, in C)
+        plain_names, plain_tensors, plain_ids = keys, values, ids
+    else:
+        types = list(map(type, values))
+        plain = list(map({T.Tensor, T.Parameter}.__contains__, types))
+        plain_names, plain_tensors, plain_types, plain_ids = (
+            list(compress(column, plain)) for column in (keys, values, types, ids)
+        )
+    if _any_bookkeeping(T, plain_names, lookup):  # `_`, `_12`... can hold a tensor
+        keep = _not_bookkeeping(plain_names)
+        plain_names, plain_tensors, plain_ids = (
+            list(compress(column, keep)) for column in (plain_names, plain_tensors, plain_ids)
+        )
+        if plain_types is not None:
+            plain_types = list(compress(plain_types, keep))
     entries: dict[str, Any] = {}
     volatile: set[str] = set()
     watched: set[str] = set()
-    if len(plain_names) < len(keys):
-        known = T.kinds
-        for name, value, is_plain, tp in zip(keys, values, plain, types, strict=True):
-            if is_plain or known.get(tp) == Kind.NONE or is_ipython_bookkeeping(name):
-                continue  # objects without tensors cost a dict lookup
-            _store(T, name, _inspect(T, name, value), entries, volatile, watched)
+    if plain is not None:
+        # the rest, less what cannot hold a tensor (numbers, strings, functions: known kinds)
+        rest = list(map(not_, plain))
+        rest_kinds = list(map(T.kinds.get, compress(types, rest)))
+        wanted = list(map(ne, rest_kinds, repeat(Kind.NONE)))
+        candidates = zip(compress(keys, rest), compress(values, rest), strict=True)
+        for name, value in compress(candidates, wanted):
+            if not is_ipython_bookkeeping(name):
+                _store(T, name, _inspect(T, name, value), entries, volatile, watched)
     columns, careful_volatile = _read_columns(
         T, plain_names, plain_tensors, plain_types, plain_ids, entries
     )
     volatile.update(careful_volatile)
     return _State(keys, ids, entries, frozenset(volatile), frozenset(watched), columns)
+
+
+def _not_bookkeeping(names: list[str]) -> list[bool]:
+    """False for IPython's own names; only names starting with ``_`` are looked at one by one."""
+    try:
+        underscored = compress(names, map(str.startswith, names, repeat("_")))
+        drop = {name for name in underscored if is_ipython_bookkeeping(name)}
+    except TypeError:  # a key that is not a str
+        return [not is_ipython_bookkeeping(name) for name in names]
+    drop.update(IPYTHON_NAMES.intersection(names))
+    return list(map(not_, map(drop.__contains__, names)))
+
+
+_PLAIN_IPYTHON_NAMES = tuple(name for name in IPYTHON_NAMES if not name.startswith("_"))
+
+
+def _any_bookkeeping(T: TorchTypes, names: list[str], lookup: dict[str, Any] | None) -> bool:
+    """Whether any of these names of tensors may be IPython's (``_``, ``_12``, ``Out``...):
+    one search through the names joined for a leading ``_`` instead of a check per name; the
+    few others looked up in the namespace (``lookup``) when there is one."""
+    try:
+        joined = "\0".join(names)
+    except TypeError:  # a key that is not a str: check each
+        return True
+    if joined.startswith("_") or "\0_" in joined:
+        return True
+    if lookup is None:
+        return not IPYTHON_NAMES.isdisjoint(names)
+    for name in _PLAIN_IPYTHON_NAMES:
+        tp = type(lookup.get(name))
+        if tp is T.Tensor or tp is T.Parameter:
+            return True
+    return False
 
 
 def _store(
