@@ -15,6 +15,8 @@ when there is one); where no safe one-line fix exists the diagnosis says so and 
 from __future__ import annotations
 
 import ast
+import keyword
+import re
 import sys
 import types
 from collections.abc import Mapping
@@ -56,6 +58,8 @@ class _Info:
     #: bytes of model parameters per device (module: its own; optimizer: its params'), which
     #: decide where things should go: data follows the model, optimizer state its parameters
     anchor: dict[str, int] = field(default_factory=dict)
+    #: for an object holding modules (``trainer.model``): (attribute path, devices) of each
+    modules: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def devices(self) -> tuple[str, ...]:
@@ -96,27 +100,79 @@ def _is_type(obj: Any, cls: Any) -> bool:
         return False
 
 
+_ATTR_PATH = re.compile(r"(\.[A-Za-z_]\w*)+")
+_STEP = re.compile(r'\.([A-Za-z_]\w*)|\[(\d+)\]|\["([^"\\]*)"\]')
+
+
 def _resolve(namespace: Mapping[str, Any], chain: str, torch: Any) -> tuple[bool, Any]:
     """Look ``a.b.c`` up with plain getattr, as the cell itself did; never through a tensor
-    (``x.T``, ``x.grad``, ``x.data`` are views or parts of ``x``, which is listed itself)."""
-    head, *rest = chain.split(".")
+    (``x.T``, ``x.grad``, ``x.data`` are views or parts of ``x``, which is listed itself).
+    ``model[2].scale`` / ``model["enc"]`` (the fix's own spelling of a submodule) are read from
+    the module's ``_modules`` dict, so no ``__getitem__`` of the user's runs."""
+    head, sep, tail = chain.partition(".")
+    bracket = head.find("[")
+    if bracket > 0:
+        head, tail, sep = head[:bracket], chain[bracket:], ""
+    steps: list[tuple[str, str]] = []
+    rest = (sep and "." + tail) or tail
+    pos = 0
+    while pos < len(rest):
+        m = _STEP.match(rest, pos)
+        if m is None:
+            return False, None
+        attr, index, key = m.groups()
+        steps.append(("attr", attr) if attr is not None else ("item", index or key or ""))
+        pos = m.end()
     try:
         if head not in namespace:
             return False, None
         obj = namespace[head]
     except Exception:
         return False, None
-    for attr in rest:
+    for how, attr in steps:
         if torch is not None and _is_type(obj, torch.Tensor):
             return False, None
         if _is_type(obj, types.ModuleType):
             # ``torch.nn.functional`` etc.: library modules hold no user data
             return False, None
         try:
-            obj = getattr(obj, attr)
+            if how == "item":
+                if torch is None or not _is_type(obj, torch.nn.Module):
+                    return False, None
+                children = object.__getattribute__(obj, "_modules")
+                if attr not in children:
+                    return False, None
+                obj = children[attr]
+            else:
+                obj = getattr(obj, attr)
         except Exception:
             return False, None
     return True, obj
+
+
+def _submodule_expr(root_name: str, root: Any, path: str, torch: Any) -> str:
+    """Python for the submodule that ``named_modules()`` calls ``path`` (``"2"``, ``"enc.0"``):
+    ``model[2]``, ``model.enc[0]``, ``model["a-b"]`` -- something a cell can run, unlike the
+    dotted name. Read from each module's ``_modules`` dict (no user code runs)."""
+    nn = torch.nn
+    fallback = f"{root_name}.get_submodule({_quote(path)})"
+    expr, mod = root_name, root
+    for part in path.split("."):
+        try:
+            children = object.__getattribute__(mod, "_modules")
+            child = children[part]
+        except Exception:
+            return fallback
+        if part.isidentifier() and not keyword.iskeyword(part) and part not in type(mod).__dict__:
+            expr += f".{part}"
+        elif part.isdigit() and _is_type(mod, (nn.Sequential, nn.ModuleList)):
+            expr += f"[{part}]"
+        elif _is_type(mod, nn.ModuleDict):
+            expr += f"[{_quote(part)}]"
+        else:
+            return fallback
+        mod = child
+    return expr
 
 
 def _frame_argument_names(code: Any) -> set[str]:
@@ -125,6 +181,31 @@ def _frame_argument_names(code: Any) -> set[str]:
         return set(code.co_varnames[:n])
     except Exception:
         return set()
+
+
+_PASS_THROUGH = frozenset({"UNPACK_SEQUENCE", "UNPACK_EX", "EXTENDED_ARG", "CACHE", "NOP"})
+
+
+def _loop_locals(code: Any) -> set[str]:
+    """Names a function's ``for`` loops bind (``for batch_X in xs``, ``for x, y in loader``):
+    the stores right after each FOR_ITER in its bytecode (no source needed)."""
+    import dis
+
+    names: set[str] = set()
+    try:
+        after_for = False
+        for ins in dis.get_instructions(code):
+            if ins.opname == "FOR_ITER":
+                after_for = True
+            elif after_for and ins.opname in ("STORE_FAST", "STORE_NAME", "STORE_DEREF"):
+                names.add(str(ins.argval))
+            elif after_for and ins.opname in _PASS_THROUGH:
+                continue
+            else:
+                after_for = False
+    except Exception:
+        return set()
+    return names
 
 
 def _is_namespace_dict(value: Any) -> bool:
@@ -217,8 +298,29 @@ def _info_from_records(records: list[Any], label: str, obj: Any, torch: Any) -> 
         if kind is not None:
             return _Info(kind=kind, category="tensor", by_device=by_device, actual=actual)
         # any other object holding tensors (a DataLoader's dataset, a trainer): listed only
-        # where nothing more direct is on its devices (see _diagnose)
-        return _Info(kind=type(obj).__name__, category="object", by_device=by_device, actual=actual)
+        # where nothing more direct is on its devices (see _diagnose). A trainer's model
+        # (``trainer.model``) and optimizer are anchors like a model in the namespace: the
+        # batch follows them, not the other way round.
+        anchor: dict[str, int] = {}
+        modules: list[tuple[str, tuple[str, ...]]] = []
+        for r in records:
+            suffix = r.name[len(label) :] if r.name.startswith(label) else ""
+            if r.kind == "module":
+                for d, n in _needed_by_device(r).items():
+                    anchor[d] = anchor.get(d, 0) + n
+                if _ATTR_PATH.fullmatch(suffix):
+                    modules.append((suffix, tuple(r.devices)))
+            elif r.kind == "optimizer":
+                for d in r.param_devices:
+                    anchor.setdefault(d, 0)
+        return _Info(
+            kind=type(obj).__name__,
+            category="object",
+            by_device=by_device,
+            actual=actual,
+            anchor=anchor,
+            modules=tuple(modules),
+        )
     try:
         size = {"dict": dict.__len__, "list": list.__len__, "tuple": tuple.__len__}[container](obj)
     except Exception:
@@ -363,6 +465,7 @@ def _collect(
             except Exception:
                 continue
             args = _frame_argument_names(code)
+            loops = _loop_locals(code)
             self_obj = next((v for k, v in local_items if k == "self"), None)
             in_module_method = _is_type(self_obj, torch.nn.Module)
             for name, value in local_items[:2000]:
@@ -374,7 +477,7 @@ def _collect(
                     continue
                 if _is_namespace_dict(value):
                     continue  # a globals()/user_ns passed around (exec), not data
-                collector.add(name, f"frame {func}", value)
+                collector.add(name, f"frame {func}", value, loop_var=name in loops)
             if in_module_method:
                 for attr, value in _module_attribute_tensors(self_obj, code, torch):
                     collector.add(
@@ -429,7 +532,9 @@ def _collect(
     # the whole list, so the list is listed but not moved.
     for c in cands:
         if c.info.category == "container" and any(
-            by_label.get(label) is not None and by_label[label].info.category == "tensor"
+            by_label.get(label) is not None
+            and by_label[label].info.category == "tensor"
+            and (by_label[label].where == "cell" or by_label[label].loop_var)
             for label in c.shares
         ):
             c.covered = True
@@ -465,10 +570,13 @@ def _find_aliases(
                     if not sub_name:
                         continue
                     hit = wanted.get(id(sub))
-                    if hit is not None and hit.alias is None:
-                        hit.alias = f"{name}.{sub_name}"
-                    if id(sub) in owners and id(sub) not in owner_names:
-                        owner_names[id(sub)] = f"{name}.{sub_name}"
+                    in_owners = id(sub) in owners and id(sub) not in owner_names
+                    if (hit is not None and hit.alias is None) or in_owners:
+                        expr = _submodule_expr(name, value, sub_name, torch)
+                        if hit is not None and hit.alias is None:
+                            hit.alias = expr
+                        if in_owners:
+                            owner_names[id(sub)] = expr
             except Exception:
                 continue
     for c in cands:
@@ -573,7 +681,15 @@ def _move_source(c: _Candidate, target: str | None, dtype: str | None = None) ->
         return ""
     info = c.info
     if info.category == "object":
-        return ""  # an object holding tensors: no one-line move (the move engine can move it)
+        # an object holding modules (a trainer): move its modules in place, so an optimizer
+        # that holds their Parameters stays valid; other objects: no one-line move
+        if dev is None or dtype or not info.modules:
+            return ""
+        return "; ".join(
+            f"{name}{path}.to({dev})"
+            for path, devices in info.modules
+            if not _on_target(devices, target or "")
+        )
     if info.category == "module":
         if dev is None:
             return ""
@@ -773,13 +889,15 @@ def diagnose(
     target: str | None = None,
     shell: Any = None,
     allow_meta: bool = False,
+    target_reason: str = "as asked",
 ) -> Diagnosis | None:
     """Explain a device-mismatch error, or return ``None`` if ``exc`` is not one.
 
     ``namespace`` is the user's namespace (IPython's ``user_ns``), ``cell`` the failing cell's
     source (or its parsed :class:`Cell`), ``shell`` the IPython shell (its ``transform_cell``
     turns magics into Python), ``target`` a device the user asked for (``%%devicecheck -d``):
-    then the fix moves everything there. ``allow_meta``: meta may be suggested as a target
+    then the fix moves everything there; ``target_reason`` says why that device (``"as asked"``
+    for ``-d``; the configured default says so). ``allow_meta``: meta may be suggested as a target
     (the user said it stands in for an accelerator); otherwise nothing real moves to meta.
     Never raises.
     """
@@ -793,11 +911,15 @@ def diagnose(
     except Exception:
         parsed = parse_cell("")
     try:
-        return _diagnose(err, chain, text, match, namespace, parsed, target, allow_meta)
+        return _diagnose(
+            err, chain, text, match, namespace, parsed, target, allow_meta, target_reason
+        )
     except Exception:
         # Analysis failed on something hostile: still say what the message means.
         try:
-            return _diagnose(err, [], text, match, None, parse_cell(""), target, allow_meta)
+            return _diagnose(
+                err, [], text, match, None, parse_cell(""), target, allow_meta, target_reason
+            )
         except Exception:
             return None
 
@@ -834,6 +956,7 @@ def _diagnose(
     cell: Cell,
     target: str | None,
     allow_meta: bool,
+    target_reason: str = "as asked",
 ) -> Diagnosis:
     torch = _torch()
     rule = rule_for(match.kind)
@@ -920,7 +1043,7 @@ def _diagnose(
     dest: str | None
     reason = ""
     if user_target:
-        dest, reason = user_target, f"move everything to {user_target}, as asked"
+        dest, reason = user_target, f"move everything to {user_target}, {target_reason}"
     elif out_target is not None and (out_target != "meta" or meta_ok):
         dest, reason = out_target, "an out= tensor goes where its inputs are"
     elif rule.target == "none":
@@ -980,10 +1103,24 @@ def _diagnose(
         if out_target is not None and dest == out_target:
             movers = out_cands
             out_ids = {id(c) for c in out_cands}
+        # ``x, y = batch`` inside ``trainer.step(batch)``: the locals are the cell's ``batch``
+        # (same storage); moving it at its source fixes them, one line instead of three
+        sources = {c.label for c in movers if c.where == "cell" or c.alias}
+        inside = [c for c in movers if c.where != "cell" and not c.alias and c.shares & sources]
+        if inside and len(inside) < len(movers):
+            movers = [c for c in movers if c not in inside]
+            where = inside[0].where.removeprefix("frame ")
+            lines = "; ".join(
+                src for c in inside if c.where == inside[0].where and (src := _move_source(c, dest))
+            )
+            if lines:
+                plan.notes.append(f"to fix it for every call, inside {where}(): {lines}")
         # an attribute culprit: only the attribute moves (its module is where it should be)
         attrs = [c for c in movers if c.where.startswith("attribute ")]
         if attrs:
             movers = attrs
+            if not user_target:
+                reason = "a plain tensor attribute: .to() on its module does not move it"
         # a named expression on the odd device beats moving the other side around it
     exprs = [c for c in relevant if c.info.category == "expression"]
     if exprs and dest is not None and not user_target:
