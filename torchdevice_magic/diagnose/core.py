@@ -91,6 +91,12 @@ class _Candidate:
     owner: str | None = None  # for "attribute": the module's namespace name (or None)
     attr: str | None = None
     cls: Any = None  # for "attribute": the module's class (dropped after the fix is made)
+    #: a local a Module method made itself (``h0 = torch.zeros(...)`` in forward()), read by
+    #: the failing line: its code (dropped after the fix is made) and the method's tensor
+    #: arguments as (name, id), to make it on an argument's device
+    code: Any = None
+    tensor_args: tuple[tuple[str, int], ...] = ()
+    made_here: bool = False
 
 
 def _is_type(obj: Any, cls: Any) -> bool:
@@ -206,6 +212,89 @@ def _loop_locals(code: Any) -> set[str]:
     except Exception:
         return set()
     return names
+
+
+def _line_names(frame: Any) -> set[str]:
+    """Identifiers on the line a (finished) frame was running when the error came."""
+    import linecache
+
+    try:
+        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    except Exception:
+        return set()
+    return set(re.findall(r"[A-Za-z_]\w*", line))
+
+
+def _function_tree(code: Any) -> tuple[ast.AST, int] | None:
+    """A function's source parsed (read with linecache, notebook cells included) and the
+    file line of its first line; None when the source is not available."""
+    import linecache
+
+    try:
+        lines = linecache.getlines(code.co_filename)
+        start = code.co_firstlineno - 1
+        first = lines[start]
+    except Exception:
+        return None
+    indent = len(first) - len(first.lstrip())
+    body = [first]
+    for line in lines[start + 1 :]:
+        if line.strip() and len(line) - len(line.lstrip()) <= indent:
+            break
+        body.append(line)
+    try:
+        tree = ast.parse("".join(line[indent:] if len(line) > indent else line for line in body))
+    except Exception:
+        return None
+    return tree, start + 1
+
+
+#: torch factories that make a tensor on the default device unless given ``device=`` (the
+#: ``*_like`` ones follow their argument's device)
+_FACTORIES = frozenset(
+    {
+        "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange",
+        "linspace", "logspace", "eye", "tensor", "as_tensor",
+    }
+)  # fmt: skip
+
+
+def _local_creation(code: Any, name: str, device_expr: str) -> str | None:
+    """``name = torch.zeros(...)`` in the function of ``code`` with no ``device=``: the same
+    statement making it on ``device_expr``. None where the local is made otherwise."""
+    found = _function_tree(code)
+    if found is None:
+        return None
+    tree, _ = found
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target = node.targets[0]
+        if not (isinstance(target, ast.Name) and target.id == name):
+            continue
+        call = node.value
+        if not (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and isinstance(call.func.value, ast.Name)
+            and call.func.value.id == "torch"
+            and call.func.attr in _FACTORIES
+            and not any(k.arg == "device" for k in call.keywords)
+        ):
+            continue
+        new = ast.Assign(
+            targets=[target],
+            value=ast.Call(
+                func=call.func,
+                args=call.args,
+                keywords=[
+                    *call.keywords,
+                    ast.keyword("device", ast.parse(device_expr, mode="eval").body),
+                ],
+            ),
+        )
+        return ast.unparse(ast.fix_missing_locations(new))
+    return None
 
 
 def _is_namespace_dict(value: Any) -> bool:
@@ -404,6 +493,9 @@ class _Collector:
                     owner=e.get("owner"),
                     attr=e.get("attr"),
                     cls=e.get("cls"),
+                    code=e.get("code"),
+                    made_here=e.get("code") is not None,
+                    tensor_args=e.get("tensor_args", ()),
                 )
             )
         return out
@@ -468,15 +560,25 @@ def _collect(
             loops = _loop_locals(code)
             self_obj = next((v for k, v in local_items if k == "self"), None)
             in_module_method = _is_type(self_obj, torch.nn.Module)
+            line_names = _line_names(frame) if in_module_method else set()
+            tensor_args = tuple(
+                (k, id(v)) for k, v in local_items if k in args and _is_type(v, torch.Tensor)
+            )
             for name, value in local_items[:2000]:
                 if not isinstance(name, str) or name.startswith("."):
                     continue
-                # Inside a Module method, non-argument locals are intermediates computed from
-                # the arguments and parameters; fixing the inputs fixes them.
-                if in_module_method and name not in args:
-                    continue
                 if _is_namespace_dict(value):
                     continue  # a globals()/user_ns passed around (exec), not data
+                # Inside a Module method, non-argument locals are intermediates computed from
+                # the arguments and parameters (fixing the inputs fixes them) -- except what
+                # the failing line reads that the method made itself: ``torch.zeros(...)``
+                # without a device (an LSTM's h0) is made on the cpu whatever the input.
+                if in_module_method and name not in args:
+                    if name in line_names and _is_type(value, torch.Tensor):
+                        collector.add(
+                            name, f"frame {func}", value, code=code, tensor_args=tensor_args
+                        )
+                    continue
                 collector.add(name, f"frame {func}", value, loop_var=name in loops)
             if in_module_method:
                 for attr, value in _module_attribute_tensors(self_obj, code, torch):
@@ -800,6 +902,8 @@ class _Plan:
     notes: list[str] = field(default_factory=list)
     safe: bool = True
     why: str = ""
+    #: tensors a method makes without a device: (name, Class.method, where to make them)
+    made_here: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def _meta_module_fix(
@@ -1157,6 +1261,10 @@ def _diagnose(
         if c.where.startswith("attribute ") and c.attr:
             _attribute_fix(c, dest, plan)
             continue
+        if c.code is not None:
+            code, c.code = c.code, None
+            if _made_here_fix(c, code, dest, cands, plan):
+                continue
         if (
             id(c) in out_ids
             and c.info.category == "tensor"
@@ -1181,6 +1289,16 @@ def _diagnose(
         src = _move_source(c, dest, dtype if c.info.dtype == in_dtype else None)
         if src:
             plan.fix_lines.append(FixLine(_place(c), src))
+    if plan.made_here:
+        names = " and ".join(n for n, _, _ in plan.made_here)
+        _, where, on = plan.made_here[0]
+        plan.notes.append(
+            f"{names} {'is' if len(plan.made_here) == 1 else 'are'} made in {where}() without "
+            f"a device, so on the default device (cpu) whatever the input: make "
+            f"{'it' if len(plan.made_here) == 1 else 'them'} with device={on}, right on every "
+            "device the model goes to."
+        )
+        reason = "tensors made inside the model follow its input"
     if no_data:
         rewritten = _recreate_meta_tensors(no_data, cell, dest or "cpu", plan)
         left = [c for c in no_data if c.name not in rewritten]
@@ -1221,7 +1339,9 @@ def _diagnose(
     _more_notes(plan, match, relevant, movers, dest, user_target, meta_ok)
 
     action = _action(plan, movers, dest, meta_ok, namespace)
-    culprits = [_to_culprit(c) for c in relevant]
+    # intermediates a method made that are already where they should be say nothing
+    shown = [c for c in relevant if not (c.made_here and dest and _on_target(c.info.devices, dest))]
+    culprits = [_to_culprit(c) for c in shown]
     return Diagnosis(
         message=text,
         kind=match.kind,
@@ -1239,6 +1359,32 @@ def _diagnose(
         why_no_fix=plan.why,
         action=action,
     )
+
+
+def _made_here_fix(
+    c: _Candidate, code: Any, dest: str, cands: list[_Candidate], plan: _Plan
+) -> bool:
+    """A tensor a Module method makes itself without a device (``h0 = torch.zeros(...)`` in
+    forward()): make it on the device of the method's input (``device=idx.device``), which
+    is right for every call wherever the model goes; the device itself where no argument is
+    there. False where the local is not made by a torch factory in that method."""
+    by_id = {k.obj_id: k for k in cands}
+    arg = next(
+        (
+            name
+            for name, obj_id in c.tensor_args
+            if (k := by_id.get(obj_id)) is not None and _on_target(k.info.devices, dest)
+        ),
+        None,
+    )
+    new = _local_creation(code, c.name, f"{arg}.device" if arg else _quote(dest))
+    if new is None:
+        return False
+    func = c.where.removeprefix("frame ")
+    qualname = str(getattr(code, "co_qualname", "") or func)  # Tagger.forward (3.11+)
+    plan.fix_lines.append(FixLine(c.where, new))
+    plan.made_here.append((c.name, qualname, f"{arg}.device" if arg else dest))
+    return True
 
 
 def _attribute_fix(c: _Candidate, dest: str, plan: _Plan) -> None:
