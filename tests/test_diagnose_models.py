@@ -476,3 +476,25 @@ def test_tensor_made_in_forward_fix_applied_to_the_class(ip, shown, simulated_de
     fixed = source.replace("mask = torch.ones(x.shape[0], 4)", line.source)
     setup(ip, fixed + "gate = Gate().to(DEV)", dev)
     assert_succeeds(ip, "y = gate(x)")
+
+
+def test_attribute_left_behind_a_meta_module_still_gets_the_buffer_fix(ip, shown) -> None:
+    # cpu + meta (no second real device): nothing real moves to meta, so the attribute is not
+    # moved; the cause is still that .to("meta") left it behind, and the class fix is safe.
+    setup(
+        ip,
+        HEAD + 'model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), Head()).to("meta")\n'
+        'x = torch.randn(2, 3, device="meta")',
+        "meta",
+    )
+    d = failing(ip, "y = model(x)")
+    text = shown[-1]
+    assert "model[2].temperature (Tensor, 16 B, a plain tensor attribute of Head) is on cpu" in text
+    assert not d.safe
+    assert ("class Head.__init__", 'self.register_buffer("temperature", torch.ones(4))') in [
+        (f.where, f.source) for f in d.fix_lines
+    ]
+    assert 'Instead (in Head.__init__): self.register_buffer("temperature", torch.ones(4))' in text
+    assert (
+        "model[2].temperature is a plain tensor attribute, so .to() on its module left it" in text
+    )

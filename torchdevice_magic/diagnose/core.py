@@ -1289,6 +1289,16 @@ def _diagnose(
         src = _move_source(c, dest, dtype if c.info.dtype == in_dtype else None)
         if src:
             plan.fix_lines.append(FixLine(_place(c), src))
+    # A plain tensor attribute on another device than its module, which does not move (meta
+    # where meta is no target, a device the user did not ask for): the cause is still that
+    # module.to() never moves it, and the class fix (a buffer) is safe wherever it goes.
+    for c in relevant:
+        if c.where.startswith("attribute ") and c.attr and c.cls is not None and c not in movers:
+            owner_devices = {
+                d for k in relevant if k.info.category == "module" for d in k.info.by_device
+            }
+            if owner_devices and not set(c.info.by_device) <= owner_devices:
+                _class_buffer_fix(c, plan)
     if plan.made_here:
         names = " and ".join(n for n, _, _ in plan.made_here)
         _, where, on = plan.made_here[0]
@@ -1385,6 +1395,26 @@ def _made_here_fix(
     plan.fix_lines.append(FixLine(c.where, new))
     plan.made_here.append((c.name, qualname, f"{arg}.device" if arg else dest))
     return True
+
+
+def _class_buffer_fix(c: _Candidate, plan: _Plan) -> None:
+    attr, cls = c.attr or "", c.cls
+    c.cls = None
+    found = _init_assignment(cls, attr)
+    name = c.alias or c.name
+    if found is not None:
+        where, expr = found
+        plan.fix_lines.append(FixLine(f"class {where}", f'self.register_buffer("{attr}", {expr})'))
+        plan.notes.append(
+            f"{name} is a plain tensor attribute, so .to() on its module left it behind: in "
+            f'{where} replace `self.{attr} = {expr}` with `self.register_buffer("{attr}", '
+            f"{expr})` and it moves (and is saved) with the module."
+        )
+    else:
+        plan.notes.append(
+            f"{name} is a plain tensor attribute, so .to() on its module left it behind: "
+            f'create it with self.register_buffer("{attr}", ...) in __init__.'
+        )
 
 
 def _attribute_fix(c: _Candidate, dest: str, plan: _Plan) -> None:
