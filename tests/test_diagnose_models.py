@@ -270,8 +270,31 @@ def test_devicecheck_without_a_device_does_not_say_as_asked(ip, shown, simulated
             'for s in optimizer.state.values(): s.update({{k: v.to("{dev}") for k, v in '
             's.items() if torch.is_tensor(v) and k != "step"}})',
         ),
+        (  # a dict batch (tokenizer style) passed as keyword arguments
+            "class M(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.emb = nn.Embedding(30, 8); self.head = nn.Linear(8, 30)\n"
+            "    def forward(self, input_ids, labels):\n"
+            "        logits = self.head(self.emb(input_ids))\n"
+            "        return nn.functional.cross_entropy(logits.view(-1, 30), labels.view(-1))\n"
+            "model = M().to(DEV)\n"
+            "batch = {'input_ids': torch.randint(0, 30, (2, 4)),"
+            " 'labels': torch.randint(0, 30, (2, 4))}",
+            "loss = model(**batch)",
+            "batch",
+            'batch = {{k: t.to("{dev}") for k, t in batch.items()}}',
+        ),
     ],
-    ids=["transformer-input", "transformer-mask", "embedding", "loss-target", "lstm", "optim"],
+    ids=[
+        "transformer-input",
+        "transformer-mask",
+        "embedding",
+        "loss-target",
+        "lstm",
+        "optim",
+        "dict-batch",
+    ],
 )
 def test_model_code_fix_and_button_make_the_cell_succeed(
     ip, shown, simulated_device, source, cell, name, fix
@@ -280,6 +303,7 @@ def test_model_code_fix_and_button_make_the_cell_succeed(
     setup(ip, "import torch, torch.nn as nn\n" + source, dev)
     d = failing(ip, cell)
     assert shown and shown[-1].startswith("Device mismatch")
+    assert "inside forward()" not in shown[-1]  # a model does not move its own inputs
     wrong = culprit(d, name)
     fix = fix.format(dev=dev)
     target = "cpu" if fix.endswith('.to("cpu")') else dev
@@ -498,3 +522,62 @@ def test_attribute_left_behind_a_meta_module_still_gets_the_buffer_fix(ip, shown
     assert (
         "model[2].temperature is a plain tensor attribute, so .to() on its module left it" in text
     )
+
+
+@pytest.mark.simulated
+def test_positions_made_in_forward_follow_the_input(ip, shown, simulated_device) -> None:
+    dev = simulated_device
+    source = textwrap.dedent(
+        """
+        import torch, torch.nn as nn
+        class Pos(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.tok = nn.Embedding(30, 8); self.pos = nn.Embedding(16, 8)
+            def forward(self, ids):
+                positions = torch.arange(ids.shape[1])
+                return self.tok(ids) + self.pos(positions)
+        """
+    )
+    setup(ip, source + "model = Pos().to(DEV)\nids = torch.randint(0, 30, (2, 5), device=DEV)", dev)
+    d = failing(ip, "out = model(ids)")
+    assert "positions (Tensor, 40 B, in forward()) is on cpu" in shown[-1]
+    assert [(f.where, f.source) for f in d.fix_lines] == [
+        ("frame forward", "positions = torch.arange(ids.shape[1], device=ids.device)")
+    ]
+    fixed = source.replace("positions = torch.arange(ids.shape[1])", d.fix_lines[0].source)
+    setup(ip, fixed + "model = Pos().to(DEV)", dev)
+    assert_succeeds(ip, "out = model(ids)")
+
+
+@pytest.mark.simulated
+def test_loader_loop_inside_a_train_function(ip, shown, simulated_device) -> None:
+    dev = simulated_device
+    train = (
+        "def train(model, loader, opt):\n"
+        "    for xb, yb in loader:\n"
+        "        loss = nn.functional.mse_loss(model(xb), yb)\n"
+        "        opt.zero_grad(); loss.backward(); opt.step()\n"
+        "    return loss\n"
+    )
+    setup(
+        ip,
+        "import torch, torch.nn as nn\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "loader = DataLoader(TensorDataset(torch.randn(16, 10), torch.randn(16, 5)), batch_size=8)\n"
+        "model = nn.Linear(10, 5).to(DEV)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n" + train,
+        dev,
+    )
+    d = failing(ip, "loss = train(model, loader, opt)")
+    assert culprit(d, "xb").where == "frame train"
+    assert [(f.where, f.source) for f in d.fix_lines] == [
+        ("frame train", f'xb = xb.to("{dev}")'),
+        ("frame train", f'yb = yb.to("{dev}")'),
+    ]
+    assert f'Fix (inside train()): xb = xb.to("{dev}"); yb = yb.to("{dev}")' in shown[-1]
+    assert d.action is None  # every batch is a new one: the function must change
+    lines = train.splitlines()
+    fixed = "\n".join([*lines[:2], *(f"        {f.source}" for f in d.fix_lines), *lines[2:]])
+    setup(ip, fixed, dev)
+    assert_succeeds(ip, "loss = train(model, loader, opt)")

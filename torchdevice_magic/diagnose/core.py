@@ -97,6 +97,7 @@ class _Candidate:
     code: Any = None
     tensor_args: tuple[tuple[str, int], ...] = ()
     made_here: bool = False
+    module_method: bool = False  # a local of a Module method (forward)
 
 
 def _is_type(obj: Any, cls: Any) -> bool:
@@ -495,6 +496,7 @@ class _Collector:
                     cls=e.get("cls"),
                     code=e.get("code"),
                     made_here=e.get("code") is not None,
+                    module_method=e.get("module_method", False),
                     tensor_args=e.get("tensor_args", ()),
                 )
             )
@@ -579,7 +581,13 @@ def _collect(
                             name, f"frame {func}", value, code=code, tensor_args=tensor_args
                         )
                     continue
-                collector.add(name, f"frame {func}", value, loop_var=name in loops)
+                collector.add(
+                    name,
+                    f"frame {func}",
+                    value,
+                    loop_var=name in loops,
+                    module_method=in_module_method,
+                )
             if in_module_method:
                 for attr, value in _module_attribute_tensors(self_obj, code, torch):
                     collector.add(
@@ -1217,7 +1225,8 @@ def _diagnose(
             lines = "; ".join(
                 src for c in inside if c.where == inside[0].where and (src := _move_source(c, dest))
             )
-            if lines:
+            # (not for a model's forward(): its caller moves the inputs, not the model)
+            if lines and not inside[0].module_method:
                 plan.notes.append(f"to fix it for every call, inside {where}(): {lines}")
         # an attribute culprit: only the attribute moves (its module is where it should be)
         attrs = [c for c in movers if c.where.startswith("attribute ")]
