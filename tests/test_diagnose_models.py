@@ -581,3 +581,43 @@ def test_loader_loop_inside_a_train_function(ip, shown, simulated_device) -> Non
     fixed = "\n".join([*lines[:2], *(f"        {f.source}" for f in d.fix_lines), *lines[2:]])
     setup(ip, fixed, dev)
     assert_succeeds(ip, "loss = train(model, loader, opt)")
+
+
+@pytest.mark.simulated
+def test_every_module_of_the_class_left_behind_is_fixed(ip, shown, simulated_device) -> None:
+    dev = simulated_device
+    setup(
+        ip,
+        """
+        import torch, torch.nn as nn
+        class Attn(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.q = nn.Linear(4, 4)
+                self.scale = torch.tensor([0.5, 0.5, 0.5, 0.5])
+            def _scaled(self, t):
+                return t * self.scale
+            def forward(self, x):
+                return self._scaled(self.q(x))
+        class Enc(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList([Attn(), Attn()])
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x)
+                return x
+        enc = Enc().to(DEV)
+        x = torch.randn(2, 4, device=DEV)
+        """,
+        dev,
+    )
+    d = failing(ip, "y = enc(x)")
+    text = shown[-1]
+    # the attribute read in a helper method (_scaled) of the first layer
+    assert "enc.layers[0].scale (Tensor, 16 B, a plain tensor attribute of Attn) is on cpu" in text
+    assert "2 Attn modules in enc hold scale as a plain tensor attribute" in text
+    # before: only enc.layers[0] was fixed, and the re-run failed in enc.layers[1]
+    apply_cell_fixes(ip, d)
+    assert_succeeds(ip, "y = enc(x)")
+    assert all("scale" in dict(layer.named_buffers()) for layer in ip.user_ns["enc"].layers)

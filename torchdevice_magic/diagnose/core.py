@@ -97,6 +97,8 @@ class _Candidate:
     code: Any = None
     tensor_args: tuple[tuple[str, int], ...] = ()
     made_here: bool = False
+    root_name: str | None = None  # for "attribute": the namespace module holding its owner
+    siblings: int = 0  # for "attribute": modules of the owner's class with the same attribute
     module_method: bool = False  # a local of a Module method (forward)
 
 
@@ -663,6 +665,7 @@ def _find_aliases(
     except Exception:
         return
     owner_names: dict[int, str] = {}
+    owner_roots: dict[int, tuple[str, Any]] = {}  # owner id -> (namespace name, module)
     for name, value in items[:20_000]:
         if not isinstance(name, str) or name.startswith("_"):
             continue
@@ -671,6 +674,7 @@ def _find_aliases(
             hit.alias = name
         if id(value) in owners and id(value) not in owner_names:
             owner_names[id(value)] = name
+            owner_roots[id(value)] = (name, value)
         if (wanted or owners) and _is_type(value, torch.nn.Module):
             try:
                 # names only (identity lookups), as torch itself enumerates submodules
@@ -687,14 +691,37 @@ def _find_aliases(
                             hit.alias = expr
                         if in_owners:
                             owner_names[id(sub)] = expr
+                            owner_roots[id(sub)] = (name, value)
             except Exception:
                 continue
     for c in cands:
         if c.owner is not None:
+            root = owner_roots.get(c.owner)  # type: ignore[call-overload]
             owner = owner_names.get(c.owner)
             c.owner = owner  # type: ignore[assignment]
             if owner is not None:
                 c.alias = f"{owner}.{c.attr}"
+            if root is not None and c.cls is not None and c.attr:
+                c.root_name = root[0]
+                c.siblings = _left_behind_count(root[1], c.cls, c.attr, torch)
+
+
+def _left_behind_count(root: Any, cls: Any, attr: str, torch: Any) -> int:
+    """How many modules of ``cls`` in ``root`` hold ``attr`` as a plain tensor attribute
+    (every ``Attn`` of a ModuleList was left behind by ``.to()``, not only the failing one)."""
+    count = 0
+    try:
+        for n, module in enumerate(torch.nn.Module.modules(root)):
+            if n > 100_000:
+                break
+            if type(module) is not cls:
+                continue
+            value = dict.get(object.__getattribute__(module, "__dict__"), attr)
+            if _is_type(value, torch.Tensor):
+                count += 1
+    except Exception:
+        return count
+    return count
 
 
 # --------------------------------------------------------------------------------------------
@@ -1431,7 +1458,21 @@ def _attribute_fix(c: _Candidate, dest: str, plan: _Plan) -> None:
     cls = c.cls
     c.cls = None
     owner = c.owner
-    if owner:
+    if owner and c.root_name and c.siblings > 1:
+        # every module of that class was left behind, not only the one that failed first
+        plan.notes.append(
+            f"{c.siblings} {getattr(cls, '__name__', 'such')} modules in {c.root_name} hold "
+            f"{attr} as a plain tensor attribute: the fix moves all of them."
+        )
+        plan.fix_lines.append(
+            FixLine(
+                "cell",
+                f"for m in [m for m in {c.root_name}.modules() if type(m) is type({owner}) and "
+                f'"{attr}" in vars(m)]: m.register_buffer("{attr}", vars(m).pop("{attr}")'
+                f".to({_quote(dest)}))",
+            )
+        )
+    elif owner:
         plan.fix_lines.append(
             FixLine(
                 "cell",
