@@ -95,7 +95,13 @@ def failing(shell: Any, cell: str) -> Any:
     diagnosis = get_session(shell).diagnose(result.error_in_exec, cell)
     assert diagnosis is not None
     for line in diagnosis.fix_lines:
-        compile(line.source, "<fix>", "exec")  # every fix line is Python a user can run
+        # every fix line is Python a user can run (in the function, for a function's line)
+        body = (
+            line.source
+            if line.where in ("cell", "loop") or line.where.startswith("line ")
+            else ("def f(self):\n    " + line.source)
+        )
+        compile(body, "<fix>", "exec")
     return diagnosis
 
 
@@ -621,3 +627,34 @@ def test_every_module_of_the_class_left_behind_is_fixed(ip, shown, simulated_dev
     apply_cell_fixes(ip, d)
     assert_succeeds(ip, "y = enc(x)")
     assert all("scale" in dict(layer.named_buffers()) for layer in ip.user_ns["enc"].layers)
+
+
+@pytest.mark.simulated
+def test_a_tensor_nobody_named_from_a_helper_or_inside_a_function(
+    ip, shown, simulated_device
+) -> None:
+    dev = simulated_device
+    setup(
+        ip,
+        "import torch, torch.nn as nn\n"
+        "def make_mask(n):\n    return torch.ones(n, 4)\n"
+        "def train(model, x):\n    return model(x) * torch.ones(3, 4)\n"
+        "model = nn.Linear(4, 4).to(DEV)\nx = torch.randn(3, 4, device=DEV)",
+        dev,
+    )
+    # before: 'Fix: model.to("cpu"); x = x.to("cpu")' -- the model taken off the device
+    d = failing(ip, "y = model(x) * make_mask(3)")
+    assert "make_mask(3) (expression, 0 B, created in line 1) is on cpu" in shown[-1]
+    assert [(f.where, f.source) for f in d.fix_lines] == [
+        ("line 1", f"y = model(x) * make_mask(3).to('{dev}')")
+    ]
+    assert_succeeds(ip, d.fix_lines[0].source)
+    # ... and made in the line of the function that failed (not its result: train is running)
+    d = failing(ip, "y = train(model, x)")
+    assert "torch.ones(3, 4) (expression, 0 B, in train()) is on cpu" in shown[-1]
+    assert [(f.where, f.source) for f in d.fix_lines] == [
+        ("frame train", f"return model(x) * torch.ones(3, 4, device='{dev}')")
+    ]
+    setup(ip, f"def train(model, x):\n    {d.fix_lines[0].source}", dev)
+    assert_succeeds(ip, "y = train(model, x)")
+    assert ip.user_ns["model"].weight.device.type != "cpu"

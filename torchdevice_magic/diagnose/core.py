@@ -20,11 +20,11 @@ import re
 import sys
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..units import device_sort_key
-from .cells import Cell, Creation, parse_cell
+from .cells import Cell, Creation, parse_cell, user_function_calls
 from .explain import Culprit, Diagnosis, FixLine, MoveAction
 from .frames import user_frames
 from .rules import MessageMatch, normalize_device, parse_message, rule_for
@@ -87,6 +87,7 @@ class _Candidate:
     covered: bool = False  # a container whose failing item is itself a candidate
     shares: frozenset[str] = frozenset()  # labels of other candidates sharing storage
     creation: Creation | None = None  # for "expression" candidates
+    src_cell: Cell | None = None  # for an expression in a function: that function's source
     lineno: int | None = None
     owner: str | None = None  # for "attribute": the module's namespace name (or None)
     attr: str | None = None
@@ -231,6 +232,18 @@ def _line_names(frame: Any) -> set[str]:
 def _function_tree(code: Any) -> tuple[ast.AST, int] | None:
     """A function's source parsed (read with linecache, notebook cells included) and the
     file line of its first line; None when the source is not available."""
+    found = _function_source(code)
+    if found is None:
+        return None
+    try:
+        return ast.parse(found[0]), found[1]
+    except Exception:
+        return None
+
+
+def _function_source(code: Any) -> tuple[str, int] | None:
+    """A function's source, dedented (read with linecache, notebook cells included), and the
+    file line of its first line; None when the source is not available."""
     import linecache
 
     try:
@@ -245,11 +258,7 @@ def _function_tree(code: Any) -> tuple[ast.AST, int] | None:
         if line.strip() and len(line) - len(line.lstrip()) <= indent:
             break
         body.append(line)
-    try:
-        tree = ast.parse("".join(line[indent:] if len(line) > indent else line for line in body))
-    except Exception:
-        return None
-    return tree, start + 1
+    return "".join(line[indent:] if len(line) > indent else line for line in body), start + 1
 
 
 #: torch factories that make a tensor on the default device unless given ``device=`` (the
@@ -1063,6 +1072,71 @@ def diagnose(
             return None
 
 
+def frame_creations(
+    err: BaseException,
+    chain: list[BaseException],
+    missing: list[str],
+    relevant: list[_Candidate],
+) -> None:
+    """A tensor nobody named, made in the line of the innermost user function that failed
+    (``return model(x) * torch.ones(3, 4)`` inside ``train()``): a candidate whose fix
+    rewrites that line of the function."""
+    frames: list[Any] = []
+    for e in [err, *chain]:
+        frames = user_frames(getattr(e, "__traceback__", None), limit=1)
+        if frames:
+            break
+    if not frames:
+        return
+    try:
+        frame = frames[-1]
+        code, lineno, namespace = frame.f_code, frame.f_lineno, frame.f_globals
+    except Exception:
+        return
+    frames = []
+    found = _function_source(code)
+    if found is None:
+        return
+    source, first = found
+    fcell = parse_cell(source)
+    rel = lineno - first + 1
+    for n, creation in enumerate(fcell.creations_in(rel, namespace)):
+        dev = creation.device
+        if dev is None or not any(_same_device(_normalize_target(dev), m) for m in missing):
+            continue
+        info = _Info(
+            kind="expression",
+            category="expression",
+            by_device={_normalize_target(dev): 0},
+            actual=0,
+        )
+        relevant.append(
+            _Candidate(
+                creation.text,
+                f"frame {code.co_name}",
+                -100 - n,
+                info,
+                order=10_100 + n,
+                creation=creation,
+                lineno=rel,
+                src_cell=fcell,
+            )
+        )
+
+
+def _running_codes(err: BaseException) -> frozenset[Any]:
+    """The code objects on ``err``'s traceback."""
+    codes = []
+    tb = getattr(err, "__traceback__", None)
+    while tb is not None and len(codes) < 10_000:
+        try:
+            codes.append(tb.tb_frame.f_code)
+            tb = tb.tb_next
+        except Exception:
+            break
+    return frozenset(codes)
+
+
 def _failing_line(err: BaseException, chain: list[BaseException]) -> int | None:
     """The line of the cell (its ``<module>`` frame) that was running when the error came."""
     for e in [err, *chain]:
@@ -1126,6 +1200,7 @@ def _diagnose(
     ]
 
     # -- anonymous operands: a device in the message that no named candidate of this line has
+    plan_notes: list[str] = []
     if torch is not None and lineno is not None and match.devices:
         in_line = cell.reads_in_line(lineno)
         covered = {
@@ -1136,7 +1211,25 @@ def _diagnose(
         }
         missing = [d for d in match.devices if not any(_same_device(d, x) for x in covered)]
         if missing:
-            for n, creation in enumerate(cell.creations_in(lineno, namespace)):
+            creations = cell.creations_in(lineno, namespace)
+            if not creations:
+                # no torch factory in the line: the one user function called there made it
+                from .frames import is_user_filename
+
+                calls = user_function_calls(
+                    cell.statement_at(lineno), namespace, is_user_filename, _running_codes(err)
+                )
+                if len(calls) == 1:
+                    creations = [replace(calls[0], device=missing[0])]
+                    plan_notes.append(
+                        f"{calls[0].text} is the only call in line {lineno} that can make a "
+                        f"tensor no variable holds, so its result is the one on {missing[0]}; "
+                        f"better still, make it on the right device inside "
+                        f"{calls[0].text.split('(')[0]}()."
+                    )
+            if not creations:
+                frame_creations(err, chain, missing, relevant)
+            for n, creation in enumerate(creations):
                 dev = creation.device
                 if dev is None or not any(_same_device(_normalize_target(dev), m) for m in missing):
                     continue
@@ -1161,6 +1254,7 @@ def _diagnose(
     user_target = _normalize_target(target) if target else None
     meta_ok = allow_meta or user_target == "meta"
     plan = _Plan()
+    plan.notes.extend(plan_notes)
     note = rule.note_for(match)
     if note:
         plan.notes.append(note)
@@ -1278,21 +1372,24 @@ def _diagnose(
                 movers.append(c)
 
     # -- fix lines ---------------------------------------------------------------------------------
-    rewrote: set[int] = set()
+    rewrote: set[tuple[int, int | None]] = set()
     no_data: list[_Candidate] = []
     for c in sorted(movers, key=lambda c: c.order):
         if dest is None:
             break
         if c.info.category == "expression" and c.creation is not None:
-            if c.lineno in rewrote:
+            if (id(c.src_cell), c.lineno) in rewrote:
                 continue
             same_line = [
-                k.creation for k in movers if k.creation is not None and k.lineno == c.lineno
+                k.creation
+                for k in movers
+                if k.creation is not None and k.lineno == c.lineno and k.src_cell is c.src_cell
             ]
-            new = cell.rewrite(c.lineno, same_line, dest)
+            new = (c.src_cell or cell).rewrite(c.lineno, same_line, dest)
             if new:
-                rewrote.add(c.lineno or 0)
-                plan.fix_lines.append(FixLine(f"line {c.lineno}", new))
+                rewrote.add((id(c.src_cell), c.lineno))
+                where = c.where if c.src_cell is not None else f"line {c.lineno}"
+                plan.fix_lines.append(FixLine(where, new))
             continue
         if c.where.startswith("attribute ") and c.attr:
             _attribute_fix(c, dest, plan)
