@@ -378,10 +378,29 @@ def test_half_loaded_checkpoint_moves_the_model_to_its_bigger_part(
     assert d.fix_lines[0].source == f'model.to("{dev}")'  # in place: the optimizer stays valid
     assert d.action is not None and d.action.names == ("model",)
     assert get_session(ip).can_move(dev, ("model",)) is None
-    # Not applied here: on the simulated device, Module.to() swaps the Parameters
-    # (torch.utils.swap_tensors, for wrapper-subclass tensors), which refuses while IPython's
-    # kept traceback of the failed cell holds the backend's Python frames (and views of the
-    # weight); a real accelerator's .to() sets .data instead.
+    weight = ip.user_ns["model"][2].weight
+    apply_cell_fixes(ip, d)
+    assert_succeeds(ip, "loss = model(x).sum()")
+    # in place: the optimizer still holds the model's Parameters
+    assert ip.user_ns["model"][2].weight is weight
+    assert ip.user_ns["optimizer"].param_groups[0]["params"][2] is weight
+    # the one-click path, from the same failure
+    setup(
+        ip,
+        """
+        import torch, torch.nn as nn
+        model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 5))
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        model[0].to(DEV)  # a checkpoint loaded with part of the model on the device
+        x = torch.randn(4, 10, device=DEV)
+        """,
+        dev,
+    )
+    weight = ip.user_ns["model"][2].weight
+    d = failing(ip, "loss = model(x).sum()")
+    press_the_button(ip, d)
+    assert_succeeds(ip, "loss = model(x).sum()")
+    assert ip.user_ns["model"][2].weight is weight
 
 
 @pytest.mark.simulated
@@ -432,18 +451,9 @@ def test_trainer_model_left_behind_is_moved_through_the_trainer(
     assert [f.source for f in d.fix_lines] == [f'trainer.model.to("{dev}")']
     assert d.action is not None and d.action.names == ("trainer",)
     assert get_session(ip).can_move(dev, ("trainer",)) is None
-    # not applied after the failure, for the simulated device's reason given in
-    # test_half_loaded_checkpoint_moves_the_model_to_its_bigger_part; before it, the same
-    # line moves the trainer's model in place and the optimizer keeps its Parameters:
-    setup(
-        ip,
-        "trainer = Trainer(nn.Linear(10, 5), None)\n"
-        "trainer.optimizer = torch.optim.SGD(trainer.model.parameters(), lr=0.1)",
-        dev,
-    )
     weight = ip.user_ns["trainer"].model.weight
     apply_cell_fixes(ip, d)
-    assert ip.user_ns["trainer"].model.weight is weight
+    assert ip.user_ns["trainer"].model.weight is weight  # the optimizer's Parameter, moved
     assert_succeeds(ip, "loss = trainer.step(batch)")
 
 
