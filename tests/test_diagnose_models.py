@@ -161,6 +161,7 @@ def test_plain_tensor_attribute_of_a_submodule_is_named_and_fixed(
     # before: "Fix: model.2.register_buffer(...)" -- a SyntaxError when the user ran it
     assert "model[2].temperature (Tensor, 16 B, a plain tensor attribute of Head) is on cpu" in text
     assert culprit(d, "model[2].temperature").devices == ("cpu",)
+    assert "in forward()" not in text  # forward's input h is where it should be: not listed
     assert d.fix_lines[0].source == (
         f'model[2].register_buffer("temperature", vars(model[2]).pop("temperature").to("{dev}"))'
     )

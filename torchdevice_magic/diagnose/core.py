@@ -1483,7 +1483,17 @@ def _diagnose(
 
     action = _action(plan, movers, dest, meta_ok, namespace)
     # intermediates a method made that are already where they should be say nothing
-    shown = [c for c in relevant if not (c.made_here and dest and _on_target(c.info.devices, dest))]
+    # and so do a method's inputs already there (``h`` in forward()) when something else is
+    # the culprit: the list is who is where that matters
+    shown = [
+        c
+        for c in relevant
+        if not (
+            dest
+            and _on_target(c.info.devices, dest)
+            and (c.made_here or (c.module_method and not c.alias and movers))
+        )
+    ]
     culprits = [_to_culprit(c) for c in shown]
     return Diagnosis(
         message=text,
