@@ -681,3 +681,22 @@ def test_a_tensor_nobody_named_from_a_helper_or_inside_a_function(
     setup(ip, f"def train(model, x):\n    {d.fix_lines[0].source}", dev)
     assert_succeeds(ip, "y = train(model, x)")
     assert ip.user_ns["model"].weight.device.type != "cpu"
+
+
+@pytest.mark.simulated
+def test_attribute_found_when_the_method_does_not_call_it_self(ip, shown, simulated_device) -> None:
+    dev = simulated_device
+    setup(
+        ip,
+        HEAD.replace("self", "this") + "model = nn.Sequential(nn.Linear(3, 4), Head()).to(DEV)\n"
+        "x = torch.randn(2, 3, device=DEV)",
+        dev,
+    )
+    d = failing(ip, "y = model(x)")
+    assert (
+        "model[1].temperature (Tensor, 16 B, a plain tensor attribute of Head) is on cpu"
+        in (shown[-1])
+    )
+    assert d.fix_lines[1].where == "class Head.__init__"
+    apply_cell_fixes(ip, d)
+    assert_succeeds(ip, "y = model(x)")

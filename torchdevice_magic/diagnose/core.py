@@ -196,6 +196,28 @@ def _frame_argument_names(code: Any) -> set[str]:
 _PASS_THROUGH = frozenset({"UNPACK_SEQUENCE", "UNPACK_EX", "EXTENDED_ARG", "CACHE", "NOP"})
 
 
+def _method_self(code: Any, local_items: list[tuple[str, Any]]) -> Any:
+    """The instance a method runs on: ``self``, or a first argument called otherwise
+    (``def forward(this, x)``) when the function is that object's class's own method (read from
+    the classes' ``__dict__``: no user code runs). None for a plain function."""
+    try:
+        if not code.co_argcount:
+            return None
+        first = code.co_varnames[0]
+        obj = next((v for k, v in local_items if k == first), None)
+        if obj is None:
+            return None
+        if first == "self":
+            return obj
+        for klass in type(obj).__mro__:
+            func = klass.__dict__.get(code.co_name)
+            if getattr(func, "__code__", None) is code:
+                return obj
+    except Exception:
+        return None
+    return None
+
+
 def _loop_locals(code: Any) -> set[str]:
     """Names a function's ``for`` loops bind (``for batch_X in xs``, ``for x, y in loader``):
     the stores right after each FOR_ITER in its bytecode (no source needed)."""
@@ -571,7 +593,7 @@ def _collect(
                 continue
             args = _frame_argument_names(code)
             loops = _loop_locals(code)
-            self_obj = next((v for k, v in local_items if k == "self"), None)
+            self_obj = _method_self(code, local_items)
             in_module_method = _is_type(self_obj, torch.nn.Module)
             line_names = _line_names(frame) if in_module_method else set()
             tensor_args = tuple(
@@ -905,35 +927,23 @@ def _checkpoint_name(
 
 def _init_assignment(cls: Any, attr: str) -> tuple[str, str] | None:
     """(``Class.__init__``, ``self.attr = <expr>`` as written) from the class's source, read
-    with linecache (notebook cells included). None when the source is not available."""
-    import linecache
-
+    with linecache (notebook cells included). None when the source is not available. The
+    instance is ``__init__``'s first parameter (``self``, or however the class calls it)."""
     try:
-        init = cls.__dict__.get("__init__")
-        code = init.__code__
-        lines = linecache.getlines(code.co_filename)
+        code = cls.__dict__.get("__init__").__code__
+        me = code.co_varnames[0] if code.co_argcount else "self"
     except Exception:
         return None
-    if not lines:
+    found = _function_tree(code)
+    if found is None:
         return None
-    start = code.co_firstlineno - 1
-    indent = len(lines[start]) - len(lines[start].lstrip())
-    body = [lines[start]]
-    for line in lines[start + 1 :]:
-        if line.strip() and len(line) - len(line.lstrip()) <= indent:
-            break
-        body.append(line)
-    try:
-        tree = ast.parse("".join(line[indent:] if len(line) > indent else line for line in body))
-    except Exception:
-        return None
-    for node in ast.walk(tree):
+    for node in ast.walk(found[0]):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if (
                     isinstance(target, ast.Attribute)
                     and isinstance(target.value, ast.Name)
-                    and target.value.id == "self"
+                    and target.value.id == me
                     and target.attr == attr
                 ):
                     return f"{cls.__name__}.__init__", ast.unparse(node.value)
