@@ -700,3 +700,37 @@ def test_attribute_found_when_the_method_does_not_call_it_self(ip, shown, simula
     assert d.fix_lines[1].where == "class Head.__init__"
     apply_cell_fixes(ip, d)
     assert_succeeds(ip, "y = model(x)")
+
+
+@pytest.mark.simulated
+def test_optimizer_state_loaded_before_the_model_moved(ip, shown, simulated_device) -> None:
+    dev = simulated_device
+    setup(
+        ip,
+        """
+        import io, torch, torch.nn as nn
+        model = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5))
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        model(torch.randn(4, 10)).sum().backward(); optimizer.step()
+        buf = io.BytesIO()
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, buf)
+        buf.seek(0)
+        # the usual order in a fresh notebook: build, load on cpu, then move the model
+        model = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5))
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        ckpt = torch.load(buf, map_location="cpu")
+        model.load_state_dict(ckpt["model"]); optimizer.load_state_dict(ckpt["optimizer"])
+        model.to(DEV)
+        x = torch.randn(4, 10, device=DEV)
+        """,
+        dev,
+    )
+    cell = "optimizer.zero_grad(); loss = model(x).sum(); loss.backward(); optimizer.step()"
+    d = failing(ip, cell)
+    assert set(culprit(d, "optimizer").devices) == {"cpu", dev}
+    assert "load it after model.to(device)" in shown[-1]
+    assert d.action is not None and d.action.names == ("optimizer",)
+    press_the_button(ip, d)
+    assert_succeeds(ip, cell)
+    state = ip.user_ns["optimizer"].state
+    assert all(s["exp_avg"].device.type != "cpu" for s in state.values())

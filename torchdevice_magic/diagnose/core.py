@@ -1683,6 +1683,13 @@ def _more_notes(
             f"({match.dtypes[0]} vs {match.dtypes[1]}); convert the input with "
             f'.to("{dest}", torch.{match.dtypes[1]}).'
         )
+    opt = next((c for c in movers if c.info.category == "optimizer"), None)
+    if opt is not None:
+        plan.notes.append(
+            f"{opt.alias or opt.name}'s state is not where its parameters are: "
+            "optimizer.load_state_dict() puts the state on the parameters' device at the time "
+            "of loading, so load it after model.to(device) (or move the state as above)."
+        )
     if any(c.info.trainable_leaf and c in movers for c in relevant):
         plan.notes.append(
             "a trainable leaf tensor gets a new object when moved: rebuild any optimizer that "
