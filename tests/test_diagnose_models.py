@@ -486,7 +486,9 @@ def test_hidden_state_made_in_forward_without_a_device(ip, shown, simulated_devi
                 e = self.emb(idx)
                 h0 = torch.zeros(1, idx.shape[0], 4)
                 c0 = torch.zeros(1, idx.shape[0], 4)
-                o, _ = self.lstm(e, (h0, c0))
+                o, _ = self.lstm(
+                    e, (h0, c0)
+                )  # a call over several lines: the whole statement is read
                 return o
         tagger = Tagger().to(DEV)
         idx = torch.randint(0, 20, (2, 5), device=DEV)

@@ -241,11 +241,31 @@ def _loop_locals(code: Any) -> set[str]:
 
 
 def _line_names(frame: Any) -> set[str]:
-    """Identifiers on the line a (finished) frame was running when the error came."""
+    """Names the statement a (finished) frame was running when the error came reads -- the
+    whole statement, where a call spans lines (``self.lstm(\\n e, (h0, c0))``)."""
     import linecache
 
     try:
-        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+        code, lineno = frame.f_code, frame.f_lineno
+    except Exception:
+        return set()
+    found = _function_tree(code)
+    if found is not None:
+        tree, first = found
+        rel = lineno - first + 1
+        best = None
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.stmt)
+                and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and node.lineno <= rel <= (node.end_lineno or node.lineno)
+                and (best is None or node.lineno >= best.lineno)
+            ):
+                best = node
+        if best is not None:
+            return {n.id for n in ast.walk(best) if isinstance(n, ast.Name)}
+    try:
+        line = linecache.getline(code.co_filename, lineno)
     except Exception:
         return set()
     return set(re.findall(r"[A-Za-z_]\w*", line))
