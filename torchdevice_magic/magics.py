@@ -122,8 +122,14 @@ class DeviceMagics(Magics):
             report = tracer.report(result.error_in_exec)
             session.publish({"text/plain": report.text(), "text/html": report._repr_html_()})
         if error is not None:
-            fix_target = target or move_to or session.default_target()
-            diagnosis = session.show_diagnosis(error, cell, target=fix_target)
+            # A device the user named (-d, --to) is where the fix moves everything; so is the
+            # configured default device. Otherwise the fix follows the model, exactly like the
+            # automatic diagnosis (the best device available is a guess, not a request).
+            fix_target, why = target or move_to, "as asked"
+            if fix_target is None and session.config.default_device:
+                fix_target = session.config.default_device
+                why = "the configured default (TorchDeviceMagic.default_device)"
+            diagnosis = session.show_diagnosis(error, cell, target=fix_target, target_reason=why)
             kind = "device-mismatch error" if diagnosis is not None else type(error).__name__
             raise CellFailed(f"%%devicecheck: the cell failed with a {kind} (shown above)")
 

@@ -323,7 +323,13 @@ class DeviceSession:
         if self.has_views():
             self.refresh_views()
 
-    def diagnose(self, error: BaseException, cell: str, target: str | None = None) -> Any:
+    def diagnose(
+        self,
+        error: BaseException,
+        cell: str,
+        target: str | None = None,
+        target_reason: str = "as asked",
+    ) -> Any:
         from .diagnose import diagnose, parse_cell
 
         return diagnose(
@@ -332,6 +338,7 @@ class DeviceSession:
             parse_cell(cell, self.shell),
             target=target,
             allow_meta=self.config.allow_meta_target,
+            target_reason=target_reason,
         )
 
     def show_diagnosis(
@@ -340,8 +347,9 @@ class DeviceSession:
         cell: str,
         target: str | None = None,
         cell_id: str | None = None,
+        target_reason: str = "as asked",
     ) -> Any:
-        diagnosis = self.diagnose(error, cell, target=target)
+        diagnosis = self.diagnose(error, cell, target=target, target_reason=target_reason)
         if diagnosis is not None:
             self.show_diagnosis_result(diagnosis, cell_id)
         return diagnosis

@@ -30,6 +30,7 @@ their kernel.
 
 from __future__ import annotations
 
+import traceback
 from typing import Any, SupportsIndex
 
 DEVICE_TYPE = "simdev"
@@ -94,7 +95,17 @@ def _view_kernel(name: str) -> Any:
     op = getattr(getattr(torch.ops.aten, base), overload or "default")
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
-        return _fallback(op, *args, **kwargs)
+        try:
+            return _fallback(op, *args, **kwargs)
+        except BaseException as error:
+            # A real backend raises from C++ and keeps nothing: drop this Python backend's
+            # frames' references to the arguments (views of the user's Parameters), which the
+            # traceback IPython keeps of the failed cell would otherwise hold -- and then
+            # Module.to(), which swaps Parameters of a wrapper-subclass device, refuses
+            # ("Couldn't swap Linear.weight") to apply the fix the diagnosis suggests.
+            traceback.clear_frames(error.__traceback__)
+            del args, kwargs
+            raise
 
     return kernel
 

@@ -11,6 +11,7 @@ import ast
 import contextlib
 import copy
 import re
+import types
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -113,6 +114,9 @@ class Creation:
     text: str
     device: str | None  # statically known device, None when unknown
     device_expr: str | None  # the ``device=`` argument as written, e.g. ``dev``
+    #: the call's result is moved (``make_mask(3).to(dev)``) instead of made on the device: a
+    #: user function's result, whose insides the cell cannot change
+    wrap: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -246,12 +250,15 @@ class Cell:
         stmt = self.statement_at(lineno)
         if stmt is None or not creations:
             return None
-        targets = {id(c.node) for c in creations}
+        targets = {id(c.node): c for c in creations}
         new_stmt = copy.deepcopy(stmt)
         placed = 0
         for old, new in zip(ast.walk(stmt), ast.walk(new_stmt), strict=False):
             if id(old) in targets:
-                _place_on(new, device)  # type: ignore[arg-type]
+                if targets[id(old)].wrap:
+                    _move_result(new, device)  # type: ignore[arg-type]
+                else:
+                    _place_on(new, device)  # type: ignore[arg-type]
                 placed += 1
         if placed == 0:
             return None
@@ -376,6 +383,40 @@ def _creation(node: ast.Call, namespace: Any) -> Creation | None:
             if device is not None or written:
                 return Creation(node, text, device, written)
     return None
+
+
+def _move_result(node: ast.Call, device: str) -> None:
+    """``f(a)`` becomes ``f(a).to(device)`` (in place: the node keeps its identity)."""
+    inner = ast.Call(func=node.func, args=node.args, keywords=node.keywords)
+    node.func = ast.Attribute(value=inner, attr="to", ctx=ast.Load())
+    node.args = [ast.Constant(device)]
+    node.keywords = []
+
+
+def user_function_calls(
+    stmt: ast.stmt | None, namespace: Any, is_user: Any, running: frozenset[Any] = frozenset()
+) -> list[Creation]:
+    """Calls in ``stmt`` of plain functions the user defined (``make_mask(3)``): where a tensor
+    nobody named comes from when no torch factory in the line made it. Functions whose code
+    was ``running`` when the error came are left out: the error is inside them, not in what
+    they returned."""
+    out: list[Creation] = []
+    if stmt is None or namespace is None:
+        return out
+    for node in ast.walk(stmt):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        try:
+            func = namespace.get(node.func.id)
+            if type(func) is not types.FunctionType or not is_user(func.__code__.co_filename):
+                continue
+            if func.__code__ in running:
+                continue
+            text = ast.unparse(node)
+        except Exception:
+            continue
+        out.append(Creation(node, text, None, None, wrap=True))
+    return out
 
 
 def _place_on(node: ast.Call, device: str) -> None:

@@ -15,14 +15,16 @@ when there is one); where no safe one-line fix exists the diagnosis says so and 
 from __future__ import annotations
 
 import ast
+import keyword
+import re
 import sys
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..units import device_sort_key
-from .cells import Cell, Creation, parse_cell
+from .cells import Cell, Creation, parse_cell, user_function_calls
 from .explain import Culprit, Diagnosis, FixLine, MoveAction
 from .frames import user_frames
 from .rules import MessageMatch, normalize_device, parse_message, rule_for
@@ -56,6 +58,8 @@ class _Info:
     #: bytes of model parameters per device (module: its own; optimizer: its params'), which
     #: decide where things should go: data follows the model, optimizer state its parameters
     anchor: dict[str, int] = field(default_factory=dict)
+    #: for an object holding modules (``trainer.model``): (attribute path, devices) of each
+    modules: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def devices(self) -> tuple[str, ...]:
@@ -83,10 +87,20 @@ class _Candidate:
     covered: bool = False  # a container whose failing item is itself a candidate
     shares: frozenset[str] = frozenset()  # labels of other candidates sharing storage
     creation: Creation | None = None  # for "expression" candidates
+    src_cell: Cell | None = None  # for an expression in a function: that function's source
     lineno: int | None = None
     owner: str | None = None  # for "attribute": the module's namespace name (or None)
     attr: str | None = None
     cls: Any = None  # for "attribute": the module's class (dropped after the fix is made)
+    #: a local a Module method made itself (``h0 = torch.zeros(...)`` in forward()), read by
+    #: the failing line: its code (dropped after the fix is made) and the method's tensor
+    #: arguments as (name, id), to make it on an argument's device
+    code: Any = None
+    tensor_args: tuple[tuple[str, int], ...] = ()
+    made_here: bool = False
+    root_name: str | None = None  # for "attribute": the namespace module holding its owner
+    siblings: int = 0  # for "attribute": modules of the owner's class with the same attribute
+    module_method: bool = False  # a local of a Module method (forward)
 
 
 def _is_type(obj: Any, cls: Any) -> bool:
@@ -96,27 +110,79 @@ def _is_type(obj: Any, cls: Any) -> bool:
         return False
 
 
+_ATTR_PATH = re.compile(r"(\.[A-Za-z_]\w*)+")
+_STEP = re.compile(r'\.([A-Za-z_]\w*)|\[(\d+)\]|\["([^"\\]*)"\]')
+
+
 def _resolve(namespace: Mapping[str, Any], chain: str, torch: Any) -> tuple[bool, Any]:
     """Look ``a.b.c`` up with plain getattr, as the cell itself did; never through a tensor
-    (``x.T``, ``x.grad``, ``x.data`` are views or parts of ``x``, which is listed itself)."""
-    head, *rest = chain.split(".")
+    (``x.T``, ``x.grad``, ``x.data`` are views or parts of ``x``, which is listed itself).
+    ``model[2].scale`` / ``model["enc"]`` (the fix's own spelling of a submodule) are read from
+    the module's ``_modules`` dict, so no ``__getitem__`` of the user's runs."""
+    head, sep, tail = chain.partition(".")
+    bracket = head.find("[")
+    if bracket > 0:
+        head, tail, sep = head[:bracket], chain[bracket:], ""
+    steps: list[tuple[str, str]] = []
+    rest = (sep and "." + tail) or tail
+    pos = 0
+    while pos < len(rest):
+        m = _STEP.match(rest, pos)
+        if m is None:
+            return False, None
+        attr, index, key = m.groups()
+        steps.append(("attr", attr) if attr is not None else ("item", index or key or ""))
+        pos = m.end()
     try:
         if head not in namespace:
             return False, None
         obj = namespace[head]
     except Exception:
         return False, None
-    for attr in rest:
+    for how, attr in steps:
         if torch is not None and _is_type(obj, torch.Tensor):
             return False, None
         if _is_type(obj, types.ModuleType):
             # ``torch.nn.functional`` etc.: library modules hold no user data
             return False, None
         try:
-            obj = getattr(obj, attr)
+            if how == "item":
+                if torch is None or not _is_type(obj, torch.nn.Module):
+                    return False, None
+                children = object.__getattribute__(obj, "_modules")
+                if attr not in children:
+                    return False, None
+                obj = children[attr]
+            else:
+                obj = getattr(obj, attr)
         except Exception:
             return False, None
     return True, obj
+
+
+def _submodule_expr(root_name: str, root: Any, path: str, torch: Any) -> str:
+    """Python for the submodule that ``named_modules()`` calls ``path`` (``"2"``, ``"enc.0"``):
+    ``model[2]``, ``model.enc[0]``, ``model["a-b"]`` -- something a cell can run, unlike the
+    dotted name. Read from each module's ``_modules`` dict (no user code runs)."""
+    nn = torch.nn
+    fallback = f"{root_name}.get_submodule({_quote(path)})"
+    expr, mod = root_name, root
+    for part in path.split("."):
+        try:
+            children = object.__getattribute__(mod, "_modules")
+            child = children[part]
+        except Exception:
+            return fallback
+        if part.isidentifier() and not keyword.iskeyword(part) and part not in type(mod).__dict__:
+            expr += f".{part}"
+        elif part.isdigit() and _is_type(mod, (nn.Sequential, nn.ModuleList)):
+            expr += f"[{part}]"
+        elif _is_type(mod, nn.ModuleDict):
+            expr += f"[{_quote(part)}]"
+        else:
+            return fallback
+        mod = child
+    return expr
 
 
 def _frame_argument_names(code: Any) -> set[str]:
@@ -125,6 +191,164 @@ def _frame_argument_names(code: Any) -> set[str]:
         return set(code.co_varnames[:n])
     except Exception:
         return set()
+
+
+_PASS_THROUGH = frozenset({"UNPACK_SEQUENCE", "UNPACK_EX", "EXTENDED_ARG", "CACHE", "NOP"})
+
+
+def _method_self(code: Any, local_items: list[tuple[str, Any]]) -> Any:
+    """The instance a method runs on: ``self``, or a first argument called otherwise
+    (``def forward(this, x)``) when the function is that object's class's own method (read from
+    the classes' ``__dict__``: no user code runs). None for a plain function."""
+    try:
+        if not code.co_argcount:
+            return None
+        first = code.co_varnames[0]
+        obj = next((v for k, v in local_items if k == first), None)
+        if obj is None:
+            return None
+        if first == "self":
+            return obj
+        for klass in type(obj).__mro__:
+            func = klass.__dict__.get(code.co_name)
+            if getattr(func, "__code__", None) is code:
+                return obj
+    except Exception:
+        return None
+    return None
+
+
+def _loop_locals(code: Any) -> set[str]:
+    """Names a function's ``for`` loops bind (``for batch_X in xs``, ``for x, y in loader``):
+    the stores right after each FOR_ITER in its bytecode (no source needed)."""
+    import dis
+
+    names: set[str] = set()
+    try:
+        after_for = False
+        for ins in dis.get_instructions(code):
+            if ins.opname == "FOR_ITER":
+                after_for = True
+            elif after_for and ins.opname in ("STORE_FAST", "STORE_NAME", "STORE_DEREF"):
+                names.add(str(ins.argval))
+            elif after_for and ins.opname in _PASS_THROUGH:
+                continue
+            else:
+                after_for = False
+    except Exception:
+        return set()
+    return names
+
+
+def _line_names(frame: Any) -> set[str]:
+    """Names the statement a (finished) frame was running when the error came reads -- the
+    whole statement, where a call spans lines (``self.lstm(\\n e, (h0, c0))``)."""
+    import linecache
+
+    try:
+        code, lineno = frame.f_code, frame.f_lineno
+    except Exception:
+        return set()
+    found = _function_tree(code)
+    if found is not None:
+        tree, first = found
+        rel = lineno - first + 1
+        best = None
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.stmt)
+                and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and node.lineno <= rel <= (node.end_lineno or node.lineno)
+                and (best is None or node.lineno >= best.lineno)
+            ):
+                best = node
+        if best is not None:
+            return {n.id for n in ast.walk(best) if isinstance(n, ast.Name)}
+    try:
+        line = linecache.getline(code.co_filename, lineno)
+    except Exception:
+        return set()
+    return set(re.findall(r"[A-Za-z_]\w*", line))
+
+
+def _function_tree(code: Any) -> tuple[ast.AST, int] | None:
+    """A function's source parsed (read with linecache, notebook cells included) and the
+    file line of its first line; None when the source is not available."""
+    found = _function_source(code)
+    if found is None:
+        return None
+    try:
+        return ast.parse(found[0]), found[1]
+    except Exception:
+        return None
+
+
+def _function_source(code: Any) -> tuple[str, int] | None:
+    """A function's source, dedented (read with linecache, notebook cells included), and the
+    file line of its first line; None when the source is not available."""
+    import linecache
+
+    try:
+        lines = linecache.getlines(code.co_filename)
+        start = code.co_firstlineno - 1
+        first = lines[start]
+    except Exception:
+        return None
+    indent = len(first) - len(first.lstrip())
+    body = [first]
+    for line in lines[start + 1 :]:
+        if line.strip() and len(line) - len(line.lstrip()) <= indent:
+            break
+        body.append(line)
+    return "".join(line[indent:] if len(line) > indent else line for line in body), start + 1
+
+
+#: torch factories that make a tensor on the default device unless given ``device=`` (the
+#: ``*_like`` ones follow their argument's device)
+_FACTORIES = frozenset(
+    {
+        "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange",
+        "linspace", "logspace", "eye", "tensor", "as_tensor",
+    }
+)  # fmt: skip
+
+
+def _local_creation(code: Any, name: str, device_expr: str) -> str | None:
+    """``name = torch.zeros(...)`` in the function of ``code`` with no ``device=``: the same
+    statement making it on ``device_expr``. None where the local is made otherwise."""
+    found = _function_tree(code)
+    if found is None:
+        return None
+    tree, _ = found
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target = node.targets[0]
+        if not (isinstance(target, ast.Name) and target.id == name):
+            continue
+        call = node.value
+        if not (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and isinstance(call.func.value, ast.Name)
+            and call.func.value.id == "torch"
+            and call.func.attr in _FACTORIES
+            and not any(k.arg == "device" for k in call.keywords)
+        ):
+            continue
+        new = ast.Assign(
+            targets=[target],
+            value=ast.Call(
+                func=call.func,
+                args=call.args,
+                keywords=[
+                    *call.keywords,
+                    ast.keyword("device", ast.parse(device_expr, mode="eval").body),
+                ],
+            ),
+        )
+        return ast.unparse(ast.fix_missing_locations(new))
+    return None
 
 
 def _is_namespace_dict(value: Any) -> bool:
@@ -217,8 +441,29 @@ def _info_from_records(records: list[Any], label: str, obj: Any, torch: Any) -> 
         if kind is not None:
             return _Info(kind=kind, category="tensor", by_device=by_device, actual=actual)
         # any other object holding tensors (a DataLoader's dataset, a trainer): listed only
-        # where nothing more direct is on its devices (see _diagnose)
-        return _Info(kind=type(obj).__name__, category="object", by_device=by_device, actual=actual)
+        # where nothing more direct is on its devices (see _diagnose). A trainer's model
+        # (``trainer.model``) and optimizer are anchors like a model in the namespace: the
+        # batch follows them, not the other way round.
+        anchor: dict[str, int] = {}
+        modules: list[tuple[str, tuple[str, ...]]] = []
+        for r in records:
+            suffix = r.name[len(label) :] if r.name.startswith(label) else ""
+            if r.kind == "module":
+                for d, n in _needed_by_device(r).items():
+                    anchor[d] = anchor.get(d, 0) + n
+                if _ATTR_PATH.fullmatch(suffix):
+                    modules.append((suffix, tuple(r.devices)))
+            elif r.kind == "optimizer":
+                for d in r.param_devices:
+                    anchor.setdefault(d, 0)
+        return _Info(
+            kind=type(obj).__name__,
+            category="object",
+            by_device=by_device,
+            actual=actual,
+            anchor=anchor,
+            modules=tuple(modules),
+        )
     try:
         size = {"dict": dict.__len__, "list": list.__len__, "tuple": tuple.__len__}[container](obj)
     except Exception:
@@ -302,6 +547,10 @@ class _Collector:
                     owner=e.get("owner"),
                     attr=e.get("attr"),
                     cls=e.get("cls"),
+                    code=e.get("code"),
+                    made_here=e.get("code") is not None,
+                    module_method=e.get("module_method", False),
+                    tensor_args=e.get("tensor_args", ()),
                 )
             )
         return out
@@ -363,18 +612,35 @@ def _collect(
             except Exception:
                 continue
             args = _frame_argument_names(code)
-            self_obj = next((v for k, v in local_items if k == "self"), None)
+            loops = _loop_locals(code)
+            self_obj = _method_self(code, local_items)
             in_module_method = _is_type(self_obj, torch.nn.Module)
+            line_names = _line_names(frame) if in_module_method else set()
+            tensor_args = tuple(
+                (k, id(v)) for k, v in local_items if k in args and _is_type(v, torch.Tensor)
+            )
             for name, value in local_items[:2000]:
                 if not isinstance(name, str) or name.startswith("."):
                     continue
-                # Inside a Module method, non-argument locals are intermediates computed from
-                # the arguments and parameters; fixing the inputs fixes them.
-                if in_module_method and name not in args:
-                    continue
                 if _is_namespace_dict(value):
                     continue  # a globals()/user_ns passed around (exec), not data
-                collector.add(name, f"frame {func}", value)
+                # Inside a Module method, non-argument locals are intermediates computed from
+                # the arguments and parameters (fixing the inputs fixes them) -- except what
+                # the failing line reads that the method made itself: ``torch.zeros(...)``
+                # without a device (an LSTM's h0) is made on the cpu whatever the input.
+                if in_module_method and name not in args:
+                    if name in line_names and _is_type(value, torch.Tensor):
+                        collector.add(
+                            name, f"frame {func}", value, code=code, tensor_args=tensor_args
+                        )
+                    continue
+                collector.add(
+                    name,
+                    f"frame {func}",
+                    value,
+                    loop_var=name in loops,
+                    module_method=in_module_method,
+                )
             if in_module_method:
                 for attr, value in _module_attribute_tensors(self_obj, code, torch):
                     collector.add(
@@ -429,7 +695,9 @@ def _collect(
     # the whole list, so the list is listed but not moved.
     for c in cands:
         if c.info.category == "container" and any(
-            by_label.get(label) is not None and by_label[label].info.category == "tensor"
+            by_label.get(label) is not None
+            and by_label[label].info.category == "tensor"
+            and (by_label[label].where == "cell" or by_label[label].loop_var)
             for label in c.shares
         ):
             c.covered = True
@@ -448,6 +716,7 @@ def _find_aliases(
     except Exception:
         return
     owner_names: dict[int, str] = {}
+    owner_roots: dict[int, tuple[str, Any]] = {}  # owner id -> (namespace name, module)
     for name, value in items[:20_000]:
         if not isinstance(name, str) or name.startswith("_"):
             continue
@@ -456,6 +725,7 @@ def _find_aliases(
             hit.alias = name
         if id(value) in owners and id(value) not in owner_names:
             owner_names[id(value)] = name
+            owner_roots[id(value)] = (name, value)
         if (wanted or owners) and _is_type(value, torch.nn.Module):
             try:
                 # names only (identity lookups), as torch itself enumerates submodules
@@ -465,18 +735,44 @@ def _find_aliases(
                     if not sub_name:
                         continue
                     hit = wanted.get(id(sub))
-                    if hit is not None and hit.alias is None:
-                        hit.alias = f"{name}.{sub_name}"
-                    if id(sub) in owners and id(sub) not in owner_names:
-                        owner_names[id(sub)] = f"{name}.{sub_name}"
+                    in_owners = id(sub) in owners and id(sub) not in owner_names
+                    if (hit is not None and hit.alias is None) or in_owners:
+                        expr = _submodule_expr(name, value, sub_name, torch)
+                        if hit is not None and hit.alias is None:
+                            hit.alias = expr
+                        if in_owners:
+                            owner_names[id(sub)] = expr
+                            owner_roots[id(sub)] = (name, value)
             except Exception:
                 continue
     for c in cands:
         if c.owner is not None:
+            root = owner_roots.get(c.owner)  # type: ignore[call-overload]
             owner = owner_names.get(c.owner)
             c.owner = owner  # type: ignore[assignment]
             if owner is not None:
                 c.alias = f"{owner}.{c.attr}"
+            if root is not None and c.cls is not None and c.attr:
+                c.root_name = root[0]
+                c.siblings = _left_behind_count(root[1], c.cls, c.attr, torch)
+
+
+def _left_behind_count(root: Any, cls: Any, attr: str, torch: Any) -> int:
+    """How many modules of ``cls`` in ``root`` hold ``attr`` as a plain tensor attribute
+    (every ``Attn`` of a ModuleList was left behind by ``.to()``, not only the failing one)."""
+    count = 0
+    try:
+        for n, module in enumerate(torch.nn.Module.modules(root)):
+            if n > 100_000:
+                break
+            if type(module) is not cls:
+                continue
+            value = dict.get(object.__getattribute__(module, "__dict__"), attr)
+            if _is_type(value, torch.Tensor):
+                count += 1
+    except Exception:
+        return count
+    return count
 
 
 # --------------------------------------------------------------------------------------------
@@ -573,7 +869,15 @@ def _move_source(c: _Candidate, target: str | None, dtype: str | None = None) ->
         return ""
     info = c.info
     if info.category == "object":
-        return ""  # an object holding tensors: no one-line move (the move engine can move it)
+        # an object holding modules (a trainer): move its modules in place, so an optimizer
+        # that holds their Parameters stays valid; other objects: no one-line move
+        if dev is None or dtype or not info.modules:
+            return ""
+        return "; ".join(
+            f"{name}{path}.to({dev})"
+            for path, devices in info.modules
+            if not _on_target(devices, target or "")
+        )
     if info.category == "module":
         if dev is None:
             return ""
@@ -643,35 +947,23 @@ def _checkpoint_name(
 
 def _init_assignment(cls: Any, attr: str) -> tuple[str, str] | None:
     """(``Class.__init__``, ``self.attr = <expr>`` as written) from the class's source, read
-    with linecache (notebook cells included). None when the source is not available."""
-    import linecache
-
+    with linecache (notebook cells included). None when the source is not available. The
+    instance is ``__init__``'s first parameter (``self``, or however the class calls it)."""
     try:
-        init = cls.__dict__.get("__init__")
-        code = init.__code__
-        lines = linecache.getlines(code.co_filename)
+        code = cls.__dict__.get("__init__").__code__
+        me = code.co_varnames[0] if code.co_argcount else "self"
     except Exception:
         return None
-    if not lines:
+    found = _function_tree(code)
+    if found is None:
         return None
-    start = code.co_firstlineno - 1
-    indent = len(lines[start]) - len(lines[start].lstrip())
-    body = [lines[start]]
-    for line in lines[start + 1 :]:
-        if line.strip() and len(line) - len(line.lstrip()) <= indent:
-            break
-        body.append(line)
-    try:
-        tree = ast.parse("".join(line[indent:] if len(line) > indent else line for line in body))
-    except Exception:
-        return None
-    for node in ast.walk(tree):
+    for node in ast.walk(found[0]):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if (
                     isinstance(target, ast.Attribute)
                     and isinstance(target.value, ast.Name)
-                    and target.value.id == "self"
+                    and target.value.id == me
                     and target.attr == attr
                 ):
                     return f"{cls.__name__}.__init__", ast.unparse(node.value)
@@ -684,6 +976,8 @@ class _Plan:
     notes: list[str] = field(default_factory=list)
     safe: bool = True
     why: str = ""
+    #: tensors a method makes without a device: (name, Class.method, where to make them)
+    made_here: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def _meta_module_fix(
@@ -773,13 +1067,15 @@ def diagnose(
     target: str | None = None,
     shell: Any = None,
     allow_meta: bool = False,
+    target_reason: str = "as asked",
 ) -> Diagnosis | None:
     """Explain a device-mismatch error, or return ``None`` if ``exc`` is not one.
 
     ``namespace`` is the user's namespace (IPython's ``user_ns``), ``cell`` the failing cell's
     source (or its parsed :class:`Cell`), ``shell`` the IPython shell (its ``transform_cell``
     turns magics into Python), ``target`` a device the user asked for (``%%devicecheck -d``):
-    then the fix moves everything there. ``allow_meta``: meta may be suggested as a target
+    then the fix moves everything there; ``target_reason`` says why that device (``"as asked"``
+    for ``-d``; the configured default says so). ``allow_meta``: meta may be suggested as a target
     (the user said it stands in for an accelerator); otherwise nothing real moves to meta.
     Never raises.
     """
@@ -793,13 +1089,82 @@ def diagnose(
     except Exception:
         parsed = parse_cell("")
     try:
-        return _diagnose(err, chain, text, match, namespace, parsed, target, allow_meta)
+        return _diagnose(
+            err, chain, text, match, namespace, parsed, target, allow_meta, target_reason
+        )
     except Exception:
         # Analysis failed on something hostile: still say what the message means.
         try:
-            return _diagnose(err, [], text, match, None, parse_cell(""), target, allow_meta)
+            return _diagnose(
+                err, [], text, match, None, parse_cell(""), target, allow_meta, target_reason
+            )
         except Exception:
             return None
+
+
+def frame_creations(
+    err: BaseException,
+    chain: list[BaseException],
+    missing: list[str],
+    relevant: list[_Candidate],
+) -> None:
+    """A tensor nobody named, made in the line of the innermost user function that failed
+    (``return model(x) * torch.ones(3, 4)`` inside ``train()``): a candidate whose fix
+    rewrites that line of the function."""
+    frames: list[Any] = []
+    for e in [err, *chain]:
+        frames = user_frames(getattr(e, "__traceback__", None), limit=1)
+        if frames:
+            break
+    if not frames:
+        return
+    try:
+        frame = frames[-1]
+        code, lineno, namespace = frame.f_code, frame.f_lineno, frame.f_globals
+    except Exception:
+        return
+    frames = []
+    found = _function_source(code)
+    if found is None:
+        return
+    source, first = found
+    fcell = parse_cell(source)
+    rel = lineno - first + 1
+    for n, creation in enumerate(fcell.creations_in(rel, namespace)):
+        dev = creation.device
+        if dev is None or not any(_same_device(_normalize_target(dev), m) for m in missing):
+            continue
+        info = _Info(
+            kind="expression",
+            category="expression",
+            by_device={_normalize_target(dev): 0},
+            actual=0,
+        )
+        relevant.append(
+            _Candidate(
+                creation.text,
+                f"frame {code.co_name}",
+                -100 - n,
+                info,
+                order=10_100 + n,
+                creation=creation,
+                lineno=rel,
+                src_cell=fcell,
+            )
+        )
+
+
+def _running_codes(err: BaseException) -> frozenset[Any]:
+    """The code objects on ``err``'s traceback."""
+    codes = []
+    tb = getattr(err, "__traceback__", None)
+    while tb is not None and len(codes) < 10_000:
+        try:
+            codes.append(tb.tb_frame.f_code)
+            tb = tb.tb_next
+        except Exception:
+            break
+    return frozenset(codes)
 
 
 def _failing_line(err: BaseException, chain: list[BaseException]) -> int | None:
@@ -834,6 +1199,7 @@ def _diagnose(
     cell: Cell,
     target: str | None,
     allow_meta: bool,
+    target_reason: str = "as asked",
 ) -> Diagnosis:
     torch = _torch()
     rule = rule_for(match.kind)
@@ -864,6 +1230,7 @@ def _diagnose(
     ]
 
     # -- anonymous operands: a device in the message that no named candidate of this line has
+    plan_notes: list[str] = []
     if torch is not None and lineno is not None and match.devices:
         in_line = cell.reads_in_line(lineno)
         covered = {
@@ -874,7 +1241,25 @@ def _diagnose(
         }
         missing = [d for d in match.devices if not any(_same_device(d, x) for x in covered)]
         if missing:
-            for n, creation in enumerate(cell.creations_in(lineno, namespace)):
+            creations = cell.creations_in(lineno, namespace)
+            if not creations:
+                # no torch factory in the line: the one user function called there made it
+                from .frames import is_user_filename
+
+                calls = user_function_calls(
+                    cell.statement_at(lineno), namespace, is_user_filename, _running_codes(err)
+                )
+                if len(calls) == 1:
+                    creations = [replace(calls[0], device=missing[0])]
+                    plan_notes.append(
+                        f"{calls[0].text} is the only call in line {lineno} that can make a "
+                        f"tensor no variable holds, so its result is the one on {missing[0]}; "
+                        f"better still, make it on the right device inside "
+                        f"{calls[0].text.split('(')[0]}()."
+                    )
+            if not creations:
+                frame_creations(err, chain, missing, relevant)
+            for n, creation in enumerate(creations):
                 dev = creation.device
                 if dev is None or not any(_same_device(_normalize_target(dev), m) for m in missing):
                     continue
@@ -899,6 +1284,7 @@ def _diagnose(
     user_target = _normalize_target(target) if target else None
     meta_ok = allow_meta or user_target == "meta"
     plan = _Plan()
+    plan.notes.extend(plan_notes)
     note = rule.note_for(match)
     if note:
         plan.notes.append(note)
@@ -920,7 +1306,7 @@ def _diagnose(
     dest: str | None
     reason = ""
     if user_target:
-        dest, reason = user_target, f"move everything to {user_target}, as asked"
+        dest, reason = user_target, f"move everything to {user_target}, {target_reason}"
     elif out_target is not None and (out_target != "meta" or meta_ok):
         dest, reason = out_target, "an out= tensor goes where its inputs are"
     elif rule.target == "none":
@@ -980,10 +1366,25 @@ def _diagnose(
         if out_target is not None and dest == out_target:
             movers = out_cands
             out_ids = {id(c) for c in out_cands}
+        # ``x, y = batch`` inside ``trainer.step(batch)``: the locals are the cell's ``batch``
+        # (same storage); moving it at its source fixes them, one line instead of three
+        sources = {c.label for c in movers if c.where == "cell" or c.alias}
+        inside = [c for c in movers if c.where != "cell" and not c.alias and c.shares & sources]
+        if inside and len(inside) < len(movers):
+            movers = [c for c in movers if c not in inside]
+            where = inside[0].where.removeprefix("frame ")
+            lines = "; ".join(
+                src for c in inside if c.where == inside[0].where and (src := _move_source(c, dest))
+            )
+            # (not for a model's forward(): its caller moves the inputs, not the model)
+            if lines and not inside[0].module_method:
+                plan.notes.append(f"to fix it for every call, inside {where}(): {lines}")
         # an attribute culprit: only the attribute moves (its module is where it should be)
         attrs = [c for c in movers if c.where.startswith("attribute ")]
         if attrs:
             movers = attrs
+            if not user_target:
+                reason = "a plain tensor attribute: .to() on its module does not move it"
         # a named expression on the odd device beats moving the other side around it
     exprs = [c for c in relevant if c.info.category == "expression"]
     if exprs and dest is not None and not user_target:
@@ -1001,25 +1402,32 @@ def _diagnose(
                 movers.append(c)
 
     # -- fix lines ---------------------------------------------------------------------------------
-    rewrote: set[int] = set()
+    rewrote: set[tuple[int, int | None]] = set()
     no_data: list[_Candidate] = []
     for c in sorted(movers, key=lambda c: c.order):
         if dest is None:
             break
         if c.info.category == "expression" and c.creation is not None:
-            if c.lineno in rewrote:
+            if (id(c.src_cell), c.lineno) in rewrote:
                 continue
             same_line = [
-                k.creation for k in movers if k.creation is not None and k.lineno == c.lineno
+                k.creation
+                for k in movers
+                if k.creation is not None and k.lineno == c.lineno and k.src_cell is c.src_cell
             ]
-            new = cell.rewrite(c.lineno, same_line, dest)
+            new = (c.src_cell or cell).rewrite(c.lineno, same_line, dest)
             if new:
-                rewrote.add(c.lineno or 0)
-                plan.fix_lines.append(FixLine(f"line {c.lineno}", new))
+                rewrote.add((id(c.src_cell), c.lineno))
+                where = c.where if c.src_cell is not None else f"line {c.lineno}"
+                plan.fix_lines.append(FixLine(where, new))
             continue
         if c.where.startswith("attribute ") and c.attr:
             _attribute_fix(c, dest, plan)
             continue
+        if c.code is not None:
+            code, c.code = c.code, None
+            if _made_here_fix(c, code, dest, cands, plan):
+                continue
         if (
             id(c) in out_ids
             and c.info.category == "tensor"
@@ -1044,6 +1452,26 @@ def _diagnose(
         src = _move_source(c, dest, dtype if c.info.dtype == in_dtype else None)
         if src:
             plan.fix_lines.append(FixLine(_place(c), src))
+    # A plain tensor attribute on another device than its module, which does not move (meta
+    # where meta is no target, a device the user did not ask for): the cause is still that
+    # module.to() never moves it, and the class fix (a buffer) is safe wherever it goes.
+    for c in relevant:
+        if c.where.startswith("attribute ") and c.attr and c.cls is not None and c not in movers:
+            owner_devices = {
+                d for k in relevant if k.info.category == "module" for d in k.info.by_device
+            }
+            if owner_devices and not set(c.info.by_device) <= owner_devices:
+                _class_buffer_fix(c, plan)
+    if plan.made_here:
+        names = " and ".join(n for n, _, _ in plan.made_here)
+        _, where, on = plan.made_here[0]
+        plan.notes.append(
+            f"{names} {'is' if len(plan.made_here) == 1 else 'are'} made in {where}() without "
+            f"a device, so on the default device (cpu) whatever the input: make "
+            f"{'it' if len(plan.made_here) == 1 else 'them'} with device={on}, right on every "
+            "device the model goes to."
+        )
+        reason = "tensors made inside the model follow its input"
     if no_data:
         rewritten = _recreate_meta_tensors(no_data, cell, dest or "cpu", plan)
         left = [c for c in no_data if c.name not in rewritten]
@@ -1084,7 +1512,19 @@ def _diagnose(
     _more_notes(plan, match, relevant, movers, dest, user_target, meta_ok)
 
     action = _action(plan, movers, dest, meta_ok, namespace)
-    culprits = [_to_culprit(c) for c in relevant]
+    # intermediates a method made that are already where they should be say nothing
+    # and so do a method's inputs already there (``h`` in forward()) when something else is
+    # the culprit: the list is who is where that matters
+    shown = [
+        c
+        for c in relevant
+        if not (
+            dest
+            and _on_target(c.info.devices, dest)
+            and (c.made_here or (c.module_method and not c.alias and movers))
+        )
+    ]
+    culprits = [_to_culprit(c) for c in shown]
     return Diagnosis(
         message=text,
         kind=match.kind,
@@ -1104,12 +1544,72 @@ def _diagnose(
     )
 
 
+def _made_here_fix(
+    c: _Candidate, code: Any, dest: str, cands: list[_Candidate], plan: _Plan
+) -> bool:
+    """A tensor a Module method makes itself without a device (``h0 = torch.zeros(...)`` in
+    forward()): make it on the device of the method's input (``device=idx.device``), which
+    is right for every call wherever the model goes; the device itself where no argument is
+    there. False where the local is not made by a torch factory in that method."""
+    by_id = {k.obj_id: k for k in cands}
+    arg = next(
+        (
+            name
+            for name, obj_id in c.tensor_args
+            if (k := by_id.get(obj_id)) is not None and _on_target(k.info.devices, dest)
+        ),
+        None,
+    )
+    new = _local_creation(code, c.name, f"{arg}.device" if arg else _quote(dest))
+    if new is None:
+        return False
+    func = c.where.removeprefix("frame ")
+    qualname = str(getattr(code, "co_qualname", "") or func)  # Tagger.forward (3.11+)
+    plan.fix_lines.append(FixLine(c.where, new))
+    plan.made_here.append((c.name, qualname, f"{arg}.device" if arg else dest))
+    return True
+
+
+def _class_buffer_fix(c: _Candidate, plan: _Plan) -> None:
+    attr, cls = c.attr or "", c.cls
+    c.cls = None
+    found = _init_assignment(cls, attr)
+    name = c.alias or c.name
+    if found is not None:
+        where, expr = found
+        plan.fix_lines.append(FixLine(f"class {where}", f'self.register_buffer("{attr}", {expr})'))
+        plan.notes.append(
+            f"{name} is a plain tensor attribute, so .to() on its module left it behind: in "
+            f'{where} replace `self.{attr} = {expr}` with `self.register_buffer("{attr}", '
+            f"{expr})` and it moves (and is saved) with the module."
+        )
+    else:
+        plan.notes.append(
+            f"{name} is a plain tensor attribute, so .to() on its module left it behind: "
+            f'create it with self.register_buffer("{attr}", ...) in __init__.'
+        )
+
+
 def _attribute_fix(c: _Candidate, dest: str, plan: _Plan) -> None:
     attr = c.attr or ""
     cls = c.cls
     c.cls = None
     owner = c.owner
-    if owner:
+    if owner and c.root_name and c.siblings > 1:
+        # every module of that class was left behind, not only the one that failed first
+        plan.notes.append(
+            f"{c.siblings} {getattr(cls, '__name__', 'such')} modules in {c.root_name} hold "
+            f"{attr} as a plain tensor attribute: the fix moves all of them."
+        )
+        plan.fix_lines.append(
+            FixLine(
+                "cell",
+                f"for m in [m for m in {c.root_name}.modules() if type(m) is type({owner}) and "
+                f'"{attr}" in vars(m)]: m.register_buffer("{attr}", vars(m).pop("{attr}")'
+                f".to({_quote(dest)}))",
+            )
+        )
+    elif owner:
         plan.fix_lines.append(
             FixLine(
                 "cell",
@@ -1202,6 +1702,13 @@ def _more_notes(
             f"this message also covers dtype mismatches: {types} differ in dtype "
             f"({match.dtypes[0]} vs {match.dtypes[1]}); convert the input with "
             f'.to("{dest}", torch.{match.dtypes[1]}).'
+        )
+    opt = next((c for c in movers if c.info.category == "optimizer"), None)
+    if opt is not None:
+        plan.notes.append(
+            f"{opt.alias or opt.name}'s state is not where its parameters are: "
+            "optimizer.load_state_dict() puts the state on the parameters' device at the time "
+            "of loading, so load it after model.to(device) (or move the state as above)."
         )
     if any(c.info.trainable_leaf and c in movers for c in relevant):
         plan.notes.append(

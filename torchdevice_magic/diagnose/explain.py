@@ -130,21 +130,23 @@ class Diagnosis:
 
     def fix_text_lines(self) -> list[str]:
         """``Fix: ...`` lines, one per place the fix goes."""
-        if not self.safe:
-            return [f"No safe one-line fix: {self.why_no_fix}"] + (
-                [f"Instead: {self.fix}"] if self.fix else []
-            )
+        head = "Fix" if self.safe else "Instead"
+        out = [] if self.safe else [f"No safe one-line fix: {self.why_no_fix}"]
         if not self.fix_lines:
-            return [f"Fix: {self.fix}"] if self.fix else []
+            return out + ([f"{head}: {self.fix}"] if self.fix else [])
+        # one line per place the fix goes (the cell, a loop, a function, a class's __init__)
         groups: dict[str, list[str]] = {}
         for line in self.fix_lines:
             groups.setdefault(line.where, []).append(line.source)
-        out = []
         for i, (where, sources) in enumerate(groups.items()):
             label = _place_label(where)
             src = "; ".join(sources)
-            reason = f"   # {self.reason}" if self.reason and i == 0 and "#" not in src else ""
-            out.append(f"Fix{label}: {src}{reason}")
+            reason = (
+                f"   # {self.reason}"
+                if self.safe and self.reason and i == 0 and "#" not in src
+                else ""
+            )
+            out.append(f"{head}{label}: {src}{reason}")
         return out
 
     def text(self) -> str:
