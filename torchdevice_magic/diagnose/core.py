@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 import sys
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +85,7 @@ class _Candidate:
     creation: Creation | None = None  # for "expression" candidates
     lineno: int | None = None
     owner: str | None = None  # for "attribute": the module's namespace name (or None)
+    owner_id: int | None = None  # for "attribute": id() of that module, until it is named
     attr: str | None = None
     cls: Any = None  # for "attribute": the module's class (dropped after the fix is made)
 
@@ -188,7 +189,7 @@ def _info_from_records(records: list[Any], label: str, obj: Any, torch: Any) -> 
         if not r.devices:
             return None
     # a container: its tensor elements (or one aggregated record)
-    by_device: dict[str, int] = {}
+    by_device = {}
     actual = 0
     count = 0
     for r in records:
@@ -219,8 +220,13 @@ def _info_from_records(records: list[Any], label: str, obj: Any, torch: Any) -> 
         # any other object holding tensors (a DataLoader's dataset, a trainer): listed only
         # where nothing more direct is on its devices (see _diagnose)
         return _Info(kind=type(obj).__name__, category="object", by_device=by_device, actual=actual)
+    lengths: dict[str, Callable[[Any], int]] = {
+        "dict": dict.__len__,
+        "list": list.__len__,
+        "tuple": tuple.__len__,
+    }
     try:
-        size = {"dict": dict.__len__, "list": list.__len__, "tuple": tuple.__len__}[container](obj)
+        size = lengths[container](obj)
     except Exception:
         size = count
     noun = "tensor" if count == 1 else "tensors"
@@ -299,7 +305,7 @@ class _Collector:
                     label=label,
                     loop_var=e.get("loop_var", False),
                     shares=frozenset(shares),
-                    owner=e.get("owner"),
+                    owner_id=e.get("owner"),
                     attr=e.get("attr"),
                     cls=e.get("cls"),
                 )
@@ -440,7 +446,7 @@ def _find_aliases(
     cands: list[_Candidate], collector: _Collector, namespace: Mapping[str, Any], torch: Any
 ) -> None:
     wanted = {c.obj_id: c for c in cands if c.where != "cell"}
-    owners = {c.owner: c for c in cands if c.owner is not None}
+    owners = {c.owner_id: c for c in cands if c.owner_id is not None}
     if not wanted and not owners:
         return
     try:
@@ -472,9 +478,9 @@ def _find_aliases(
             except Exception:
                 continue
     for c in cands:
-        if c.owner is not None:
-            owner = owner_names.get(c.owner)
-            c.owner = owner  # type: ignore[assignment]
+        if c.owner_id is not None:
+            owner = owner_names.get(c.owner_id)
+            c.owner = owner
             if owner is not None:
                 c.alias = f"{owner}.{c.attr}"
 
