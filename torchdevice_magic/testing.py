@@ -185,8 +185,9 @@ def _define_wrapper() -> type:
             return SimulatedTensor(inner["host"])
 
         def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's stub names its keyword oddly
-            # torch's repr would copy through the fallback value by value; show the host values
-            text = repr(self.host)
+            # torch's repr would read through the fallback value by value; one copy to the host
+            # (dispatched, so a trace sees the device->host read printing costs on a real device)
+            text = repr(self.cpu())
             suffix = f", device='{self.device}'"
             if text.endswith(")"):
                 return text[:-1] + suffix + ")"
