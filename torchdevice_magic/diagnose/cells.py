@@ -251,6 +251,7 @@ class Cell:
         placed = 0
         for old, new in zip(ast.walk(stmt), ast.walk(new_stmt), strict=False):
             if id(old) in targets:
+                # the deep copy walks in the same order: new is the copy of a creating Call
                 _place_on(new, device)  # type: ignore[arg-type]
                 placed += 1
         if placed == 0:
