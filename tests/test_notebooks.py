@@ -143,7 +143,9 @@ def row(lines: list[str], name: str) -> str:
 
 
 def test_the_notebooks_are_the_four_stories():
-    assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == sorted(FAILING_CELLS)
+    # 05_memory.ipynb is the memory story, run and checked by tests/test_notebook_memory.py
+    stories = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb") if p.name != "05_memory.ipynb")
+    assert stories == sorted(FAILING_CELLS)
 
 
 @pytest.mark.parametrize("name", sorted(FAILING_CELLS))

@@ -4,8 +4,8 @@ memory; device-mismatch errors explained; safe one-click moves between devices.
     %load_ext torchdevice_magic
 
 Public API (the pure core, usable without IPython): :func:`scan`, :func:`move`,
-:func:`diagnose`, :func:`trace` (and its :class:`Tracer`). Importing this package never imports
-torch.
+:func:`diagnose`, :func:`holders`, :func:`trace` (and its :class:`Tracer`). Importing this
+package never imports torch.
 """
 
 from __future__ import annotations
@@ -59,6 +59,15 @@ def diagnose(
     return _diagnose(exc, namespace, cell, **options)
 
 
+def holders(namespace: Any, device: str | None = None, **options: Any) -> Any:
+    """What keeps tensor memory alive outside the named variables of ``namespace``: a list of
+    :class:`~torchdevice_magic.memory.Holder` (``.where``, ``.device``, ``.bytes``,
+    ``.release()``), biggest first (see :mod:`.memory`)."""
+    from .memory import holders as _holders
+
+    return _holders(namespace, device, **options)
+
+
 def trace(cell: str, namespace: Any = None, **options: Any) -> Any:
     """Run ``cell`` in ``namespace`` under the device tracer and return its ``TraceReport``:
     the first op mixing devices, copies between devices and host reads per line (see
@@ -104,5 +113,6 @@ __all__ = [
     "move",
     "diagnose",
     "trace",
+    "holders",
     "__version__",
 ]

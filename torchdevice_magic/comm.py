@@ -74,8 +74,13 @@ class SidebarChannel:
         if not self.comms:
             return
         snapshot = session.snapshot()
+        # the memory chart's rows (torchdevice_magic.memory), after the snapshot
+        timeline_message = getattr(session, "timeline_message", None)
+        timeline = timeline_message() if timeline_message is not None else None
         for channel in list(self.comms.values()):
             self._send(channel, snapshot)
+            if timeline is not None:
+                self._send(channel, timeline)
 
     def _send(self, channel: Any, data: dict[str, Any]) -> None:
         try:

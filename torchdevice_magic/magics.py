@@ -178,18 +178,46 @@ class DeviceMagics(Magics):
         action="store_true",
         help="Also list tensors kept alive only by the output history (Out[12], _).",
     )
-    @argument("-o", "--output", action="store_true", help="Return a pandas DataFrame.")
+    @argument(
+        "-o",
+        "--output",
+        action="store_true",
+        help="Return a pandas DataFrame (with --holders: the list of holders).",
+    )
     @argument(
         "--text", action="store_true", help="Show the static table even where widgets render."
     )
+    @argument(
+        "--holders",
+        action="store_true",
+        help="What keeps tensor memory alive outside your named variables (the last error's "
+        "traceback, Out[N], autograd graphs, orphaned optimizer state, hook closures, ...).",
+    )
+    @argument(
+        "--release",
+        metavar="N",
+        type=int,
+        help="Release holder N of --holders (drops exactly that reference) and say what it freed.",
+    )
+    @argument(
+        "--timeline",
+        action="store_true",
+        help="Memory per cell and device: held bytes, change, CUDA peak, what grew.",
+    )
+    @argument("--last", metavar="N", type=int, help="With --timeline: only the last N rows.")
     @line_magic
     def devices(self, line: str = "") -> Any:
         """Show every tensor, module and optimizer in the namespace with its device and memory.
 
         In Jupyter this is a live table (sortable, with per-device totals and move buttons);
         elsewhere a text table. ``-o`` returns the DataFrame instead.
+
+        ``--holders`` lists what holds memory outside named variables, ``--release N`` frees
+        one of them, ``--timeline`` shows memory per cell.
         """
         args = parse_argstring(self.devices, line)
+        if args.holders or args.release is not None or args.timeline:
+            return self._memory(args)
         inventory = self.session.full_scan(include_hidden=args.hidden or None)
         if args.output:
             return inventory.to_frame()
@@ -199,6 +227,33 @@ class DeviceMagics(Magics):
             self.session.show(DeviceTable(self.session, include_hidden=args.hidden))
             return None
         self.session.show(inventory)
+        return None
+
+    def _memory(self, args: Any) -> Any:
+        from .units import format_bytes
+
+        if sum([args.holders, args.release is not None, args.timeline]) > 1:
+            raise UsageError("use one of --holders, --release N, --timeline")
+        timeline = self.session.timeline
+        if args.timeline:
+            if args.output:
+                return timeline.to_frame()
+            print(timeline.text(last=args.last))
+            return None
+        found = self.session.holders()
+        if args.holders:
+            if args.output:
+                return found
+            print(repr(found))
+            return None
+        if not 0 <= args.release < len(found):
+            raise UsageError(
+                f"--release {args.release}: there are {len(found)} holders (see %devices --holders)"
+            )
+        holder = found[args.release]
+        freed = holder.release()
+        print(f"{holder.where}: {holder.note}; freed {format_bytes(freed)}")
+        self.session.full_scan()
         return None
 
 

@@ -21,6 +21,13 @@ Kernel -> frontend messages
       "last_action": ActionOutcome | null,
     }
 
+``timeline`` (memory per cell and device, after each cell; the sidebar's small chart)::
+
+    {"protocol": ..., "version": 1, "type": "timeline", "seq": 7,
+     "rows": [{"cell": 12, "device": "cuda:0", "bytes": 123, "delta": -4,
+               "peak": 456 | null, "changes": [["losses: 8 autograd graphs", 1024], ...],
+               "note": "del x freed nothing of ..."}, ...]}   # oldest first, at most 200
+
 ``reply`` (answer to one request)::
 
     {"protocol": ..., "version": 1, "type": "reply", "request_id": "...", "ok": bool,
@@ -137,6 +144,57 @@ def rerun(cell_id: str) -> dict[str, Any]:
 def target(device: str, enabled: bool, reason: str = "") -> dict[str, Any]:
     """One entry of the target-device selector; ``reason`` says why it is disabled."""
     return {"device": device, "enabled": enabled, "reason": reason}
+
+
+#: Most timeline rows sent at once (the chart shows the recent cells).
+TIMELINE_ROWS = 200
+_TIMELINE_ROW_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "cell": int,
+    "device": str,
+    "bytes": int,
+    "delta": int,
+    "peak": (int, type(None)),
+    "changes": list,
+    "note": str,
+}
+
+
+def timeline(rows: list[dict[str, Any]], *, seq: int = 0) -> dict[str, Any]:
+    """The ``timeline`` message from :meth:`memory.Timeline.to_json` rows (the last
+    ``TIMELINE_ROWS``), checked against the schema before it is sent."""
+    message = envelope(
+        "timeline",
+        seq=seq,
+        rows=[{key: row[key] for key in _TIMELINE_ROW_FIELDS} for row in rows[-TIMELINE_ROWS:]],
+    )
+    check_timeline(message)
+    return message
+
+
+def check_timeline(message: Any) -> None:
+    """Assert the shape of a ``timeline`` message."""
+    if not isinstance(message, dict) or message.get("type") != "timeline":
+        raise ProtocolError("not a timeline message")
+    if message.get("version") != PROTOCOL_VERSION or not isinstance(message.get("seq"), int):
+        raise ProtocolError("timeline: wrong version or seq")
+    rows = message.get("rows")
+    if not isinstance(rows, list) or len(rows) > TIMELINE_ROWS:
+        raise ProtocolError(f"timeline: 'rows' must be a list of at most {TIMELINE_ROWS}")
+    for row in rows:
+        if not isinstance(row, dict) or set(row) != set(_TIMELINE_ROW_FIELDS):
+            raise ProtocolError("timeline rows have exactly " + ", ".join(_TIMELINE_ROW_FIELDS))
+        for key, kind in _TIMELINE_ROW_FIELDS.items():
+            value = row[key]
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise ProtocolError(f"timeline row: field '{key}' mistyped")
+        for change in row["changes"]:
+            if (
+                not isinstance(change, list)
+                or len(change) != 2
+                or not isinstance(change[0], str)
+                or not isinstance(change[1], int)
+            ):
+                raise ProtocolError("timeline row: 'changes' are [name, bytes] pairs")
 
 
 def check_snapshot(snapshot: Any) -> None:

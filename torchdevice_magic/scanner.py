@@ -26,7 +26,7 @@ import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import chain, compress, repeat
-from operator import attrgetter, methodcaller, ne
+from operator import attrgetter, is_not, methodcaller, ne
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -1549,6 +1549,34 @@ class Inventory:
         (what it would need, for meta). Memory accounting outside the inventory (holders,
         per-cell timelines) uses these keys so that nothing is counted twice."""
         return dict(self._unique_storages())
+
+    def storages_of(self, name: str) -> Storages:
+        """The storages one top-level name (or hidden ``Out[...]`` label) reaches, like
+        :meth:`storages` for that name alone; ``{}`` when it holds none. O(1) in the size of
+        the namespace (per-cell memory accounting asks this for the names a cell touched)."""
+        entry = self._entries.get(name)
+        if entry is not None:
+            return dict(_entry_storages(entry))
+        index = self._column_of(name)
+        if index is not None:
+            columns = self._state.columns or _NO_COLUMNS
+            return {columns.key(index): (columns.devices[index], columns.sizes[index])}
+        hidden = self._hidden.get(name)
+        return dict(_entry_storages(hidden)) if hidden is not None else {}
+
+    def changed_since(self, previous: Inventory) -> list[str]:
+        """Top-level names whose facts may differ from ``previous``'s: entries that are not the
+        very ones it had (looked at again, rebound, new, gone) and plain tensors dropped from
+        the shared columns since. Identity comparisons in C: an incremental consumer (the
+        per-cell memory timeline) then updates only these instead of every storage."""
+        now, before = self._entries, previous._entries
+        if self._state.columns is not previous._state.columns:  # a full scan in between
+            return list(dict.fromkeys(chain(previous.names(), self.names())))
+        names = list(now)
+        changed = list(compress(names, map(is_not, map(before.get, names), now.values())))
+        changed.extend(before.keys() - now.keys())
+        changed.extend(self._state.dropped - previous._state.dropped)
+        return list(dict.fromkeys(changed))
 
     def totals(self) -> dict[str, int]:
         """{device: bytes}, every storage counted once across the namespace (gradients and

@@ -21,6 +21,7 @@ from traitlets import Bool, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from . import protocol
+from .memory import Timeline, device_figures, reset_peaks
 from .scanner import Inventory, Scanner, orphan_warning
 
 log = logging.getLogger("torchdevice_magic")
@@ -74,6 +75,13 @@ class TorchDeviceMagic(Configurable):
         help="After a device-mismatch error, show every traceback frame (by default torch's "
         "own frames are collapsed under the diagnosis).",
     ).tag(config=True)
+    track_peak = Bool(
+        True,
+        help="Measure each cell's peak CUDA memory: before every cell, reset the process-wide "
+        "peak counters (torch.cuda.reset_peak_memory_stats), so other code reading "
+        "max_memory_allocated sees the peak since the last cell. Only when CUDA is already "
+        "initialised (it is never initialised for this).",
+    ).tag(config=True)
 
 
 class DeviceSession:
@@ -98,6 +106,8 @@ class DeviceSession:
         #: the error the custom exception handler already explained (not explained twice)
         self._explained: BaseException | None = None
         self._previous_custom_exc: tuple[Any, Any] | None = None
+        self.timeline = Timeline(last_error=self._last_cell_error)
+        self._peak_from_cell_start = False
         self.config.observe(self._config_changed)
 
     # -- the namespace ---------------------------------------------------------------------
@@ -232,9 +242,22 @@ class DeviceSession:
         )
 
     # -- the hooks ----------------------------------------------------------------------------
-    def pre_run_cell(self, info: Any) -> None:
+    def pre_run_cell(self, info: Any = None) -> None:
+        """Before every cell: remember it (the exception handler explains errors with its
+        source), and reset the accelerator's peak counters (config ``track_peak``) so the
+        memory timeline can show this cell's peak. Never initialises a device; never raises."""
         self.running = info
         self._explained = None
+        self._peak_from_cell_start = False
+        if "torch" not in sys.modules:
+            return
+        try:
+            if self.config.track_peak:
+                reset = reset_peaks()
+                # None: not initialised yet, so a peak read after the cell is this cell's
+                self._peak_from_cell_start = reset is None or reset
+        except Exception:
+            log.debug("torchdevice_magic: could not reset the peak counters", exc_info=True)
 
     def post_run_cell(self, result: Any) -> None:
         """After every (non-silent) cell. Never raises into the user's session."""
@@ -254,6 +277,7 @@ class DeviceSession:
         only_data = touches_only_data(names, self.namespace, self.inventory)
         inventory = self.rescan(names, recheck=not only_data)
         error = getattr(result, "error_in_exec", None)
+        self.record_memory(result, names, inventory)
         explained = error is not None and error is self._explained
         self._explained = None
         if (
@@ -261,8 +285,10 @@ class DeviceSession:
             and not explained
             and self.config.auto_diagnose
             and not self.suppress_auto_diagnosis
+            # a device mismatch is explained by .diagnose; an out-of-memory error by .memory
+            and self.show_diagnosis(error, cell, cell_id=getattr(info, "cell_id", None)) is None
         ):
-            self.show_diagnosis(error, cell, cell_id=getattr(info, "cell_id", None))
+            self.show_oom(error)
         if self.config.warn_on_mixed:
             self._warn_new_mixed(inventory)
         if self.has_views():
@@ -290,6 +316,81 @@ class DeviceSession:
         if diagnosis is not None:
             self.show_diagnosis_result(diagnosis, cell_id)
         return diagnosis
+
+    # -- memory: per-cell timeline, holders, out-of-memory (logic in .memory) ------------------
+    def record_memory(self, result: Any, names: tuple[str, ...], inventory: Inventory) -> None:
+        """Add this cell to the memory timeline (reusing the hook's scan); warn about leaks."""
+        cell = int(
+            getattr(result, "execution_count", None) or getattr(self.shell, "execution_count", 0)
+        )
+        try:
+            figures = device_figures()
+            if not self._peak_from_cell_start:  # the peak is since some earlier cell: not shown
+                figures = {d: (a, r, None) for d, (a, r, _) in figures.items()}
+            _, warnings = self.timeline.record(cell, inventory, self.namespace, names, cuda=figures)
+        except Exception:  # the timeline must never cost the user the diagnosis
+            log.exception("torchdevice_magic: recording this cell's memory failed")
+            return
+        for warning in warnings:
+            print(f"⚠ torchdevice_magic: {warning}", file=sys.stderr)
+
+    def holders(self, device: str | None = None) -> list[Any]:
+        from .memory import HolderList, holders
+
+        inventory = self.full_scan()
+        found = holders(
+            self.namespace,
+            device,
+            inventory=inventory,
+            forgotten=self.timeline.forgotten,
+            output_refs=self._drop_output_refs,
+            last_error=self._last_cell_error,
+        )
+        return HolderList(found)
+
+    def _last_cell_error(self) -> BaseException | None:
+        """The last failing cell's exception while IPython keeps it (until the next cell
+        ends): a device error shown with the short traceback leaves ``sys.last_value`` as it
+        was, yet its frames still hold the failed function's locals."""
+        result = getattr(self.shell, "last_execution_result", None)
+        error = getattr(result, "error_in_exec", None)
+        return error if isinstance(error, BaseException) else None
+
+    def _drop_output_refs(self, value: Any) -> None:
+        """A released ``Out`` entry is also kept by IPython's displayhook (its ``_``/``__``/
+        ``___``), by ``user_ns_hidden`` and by the last execution result: drop those too."""
+        shell = self.shell
+        hook = getattr(shell, "displayhook", None)
+        for attribute in ("_", "__", "___"):
+            if getattr(hook, attribute, None) is value:
+                setattr(hook, attribute, "")
+        hidden = getattr(shell, "user_ns_hidden", None)
+        if isinstance(hidden, dict):
+            for name in [n for n, v in hidden.items() if v is value]:
+                del hidden[name]
+        last = getattr(shell, "last_execution_result", None)
+        if last is not None and getattr(last, "result", None) is value:
+            last.result = None
+
+    def timeline_message(self) -> dict[str, Any] | None:
+        """The sidebar's ``timeline`` message (None before any cell was recorded)."""
+        if not self.timeline.rows:
+            return None
+        return protocol.timeline(self.timeline.to_json(protocol.TIMELINE_ROWS), seq=self.seq)
+
+    def show_oom(self, error: BaseException) -> Any:
+        from .memory import explain_oom
+
+        explanation = explain_oom(
+            error,
+            self.namespace,
+            inventory=self.inventory,
+            forgotten=self.timeline.forgotten,
+            last_error=self._last_cell_error,
+        )
+        if explanation is not None:
+            self.publish({"text/plain": explanation.text(), "text/html": explanation._repr_html_()})
+        return explanation
 
     def show_diagnosis_result(self, diagnosis: Any, cell_id: str | None = None) -> None:
         # text for terminals and logs, escaped HTML where a notebook renders it

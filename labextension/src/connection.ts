@@ -32,6 +32,7 @@ import {
   snapshotProblem,
   undoRequest
 } from './protocol';
+import { isTimelineLike, ITimelineMessage, timelineProblem } from './timeline';
 
 export type ConnectionState =
   /** The notebook has no kernel. */
@@ -99,6 +100,11 @@ export class DeviceConnection {
 
   get state(): ConnectionState {
     return this._state;
+  }
+
+  /** The last memory timeline (timeline.ts), or null before the first. */
+  get timeline(): ITimelineMessage | null {
+    return this._timeline;
   }
 
   /** The last snapshot; kept while the kernel is busy. */
@@ -480,6 +486,14 @@ export class DeviceConnection {
       this._onReply(data);
       return;
     }
+    if (isTimelineLike(data)) {
+      // the memory chart's rows (timeline.ts); a message it cannot read is dropped
+      if (timelineProblem(data) === null) {
+        this._timeline = data as unknown as ITimelineMessage;
+        this._changed.emit();
+      }
+      return;
+    }
     if (isSnapshotLike(data)) {
       const problem = snapshotProblem(data);
       if (problem !== null) {
@@ -611,6 +625,7 @@ export class DeviceConnection {
   private _comm: Comm | null = null;
   private _state: ConnectionState = 'no-kernel';
   private _snapshot: ISnapshot | null = null;
+  private _timeline: ITimelineMessage | null = null;
   private _status: IStatusLine | null = null;
   private _language: string | null = null;
   private _languageOk = false;

@@ -12,6 +12,7 @@ import { Widget } from '@lumino/widgets';
 import { ConnectionState, DeviceConnection } from './connection';
 import { formatBytes, formatShape } from './format';
 import { IDeviceTotal, IRow, ISnapshot, ITarget } from './protocol';
+import { TimelineChart } from './timeline';
 
 export const PAGE_SIZE = 200;
 
@@ -301,7 +302,14 @@ export class DevicePanel extends Widget {
     this._statusNode.setAttribute('role', 'status');
     this._statusNode.setAttribute('aria-live', 'polite');
 
-    this.node.append(header, this._noticeNode, this._busyNode, this._contentNode, this._statusNode);
+    this.node.append(
+      header,
+      this._noticeNode,
+      this._busyNode,
+      this._contentNode,
+      this._timelineChart.node,
+      this._statusNode
+    );
 
     this._refreshButton.addEventListener('click', () => this._connection?.refresh());
     this._loadButton.addEventListener('click', () => void this._connection?.loadExtension());
@@ -352,6 +360,7 @@ export class DevicePanel extends Widget {
     const showSnapshot = state === 'ready' && snapshot !== null;
     const torchImported = showSnapshot && snapshot.torch_imported;
 
+    this._timelineChart.render(showSnapshot ? (connection?.timeline ?? null) : null);
     this.node.dataset.state = state;
     this.node.dataset.busy = String(Boolean(connection?.busy));
     this.node.dataset.torch = showSnapshot ? String(snapshot.torch_imported) : '';
@@ -721,6 +730,7 @@ export class DevicePanel extends Widget {
   private _pageText = el('span', `${CLASS}-pageText`);
   private _nextButton = button(`${CLASS}-next`, 'Next ›', 'Next page of rows');
   private _statusNode = el('div', `${CLASS}-status`);
+  private _timelineChart = new TimelineChart();
 }
 
 function percent(fraction: number): string {
