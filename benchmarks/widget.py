@@ -54,7 +54,7 @@ def main(repeats: int = 21) -> None:
     build = median_seconds(lambda: DeviceTable(session).close(), repeats)
     big_models = models_per_table(session)
 
-    table = DeviceTable(session)
+    table = DeviceTable(session, live=True)  # a live table follows cells
     replacements = [torch.ones(3), torch.ones(4)]
     state = {"i": 0}
 

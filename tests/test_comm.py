@@ -38,8 +38,8 @@ class FakeComm:
         self.sent.clear()
         self.handler({"content": {"data": data}})
         replies = [m for m in self.sent if m["type"] == "reply"]
-        snapshots = [m for m in self.sent if m["type"] == "snapshot"]
-        return replies, snapshots
+        updates = [m for m in self.sent if m["type"] in ("view", "delta")]
+        return replies, updates
 
 
 @pytest.fixture
@@ -73,38 +73,119 @@ def state(shell):
     }
 
 
-def test_open_sends_a_valid_snapshot_at_once(channel):
+class Mirror:
+    """What the sidebar keeps: the last view, with each delta applied (as connection.ts does)."""
+
+    def __init__(self) -> None:
+        self.header = None
+        self.rows: dict = {}
+        self.order: list = []
+        self.matching = self.total = 0
+        self.seq = 0
+
+    def apply(self, message: dict) -> None:
+        protocol.check_message(message)
+        if message["type"] == "view":
+            self.header = message["header"]
+            window = message["window"]
+            self.rows = {row["key"]: row for row in window["rows"]}
+            self.order = [row["key"] for row in window["rows"]]
+            self.matching, self.total = window["matching"], window["total"]
+        elif message["type"] == "delta":
+            assert message["base"] == self.seq, "a delta applies to the message before it"
+            if message["header"] is not None:
+                self.header = message["header"]
+            window = message["window"]
+            for key in window["remove"]:
+                self.rows.pop(key, None)
+            for row in window["upsert"]:
+                self.rows[row["key"]] = row
+            if window["order"] is not None:
+                self.order = window["order"]
+            self.matching, self.total = window["matching"], window["total"]
+        self.seq = message["seq"]
+
+    def names(self) -> list:
+        return [self.rows[key]["name"] for key in self.order]
+
+
+def kinds(messages: list) -> list:
+    return [m["type"] for m in messages]
+
+
+def test_open_sends_the_first_window_at_once(channel):
     _, fake = channel
-    (snapshot,) = fake.sent
-    protocol.check_snapshot(snapshot)
-    names = {row["name"] for row in snapshot["rows"]}
+    (view,) = fake.sent
+    protocol.check_message(view)
+    assert view["type"] == "view" and view["live"]
+    names = {row["name"] for row in view["window"]["rows"]}
     assert {"x", "model", "opt"} <= names
-    assert any(t["device"] == "cuda" and not t["enabled"] for t in snapshot["targets"]) or (
+    assert view["window"]["spec"]["limit"] == 200 and view["window"]["spec"]["sort"] == "size"
+    targets = view["header"]["targets"]
+    assert any(t["device"] == "cuda" and not t["enabled"] for t in targets) or (
         torch.cuda.is_available()
     )
 
 
 def test_refresh(channel):
     _, fake = channel
-    replies, snapshots = fake.request({"type": "refresh", "request_id": "r1"})
-    assert replies == [protocol.reply("r1", True, "refreshed")]
-    assert len(snapshots) == 1 and snapshots[0]["seq"] >= 1
+    replies, _ = fake.request({"type": "refresh", "request_id": "r1"})
+    assert replies[0]["ok"] and replies[0]["message"] == "refreshed"
+    assert kinds(fake.sent) == ["reply", "view"]
 
 
-def test_move_and_undo(channel, shell):
+def test_window_requests_sort_filter_and_page_in_the_kernel(channel, shell):
+    _, fake = channel
+    shell.run_cell("\n".join(f"x{i} = torch.ones({i})" for i in (1, 2, 10, 20)))
+    spec = {
+        "sort": "name",
+        "reverse": False,
+        "filter": "x",
+        "offset": 0,
+        "limit": 3,
+        "target": None,
+    }
+    fake.request({"type": "window", "request_id": "w1", "spec": spec})
+    view = fake.sent[-1]
+    protocol.check_message(view)
+    assert [r["name"] for r in view["window"]["rows"]] == ["x", "x1", "x2"]
+    assert view["window"]["matching"] == 5
+    fake.request({"type": "window", "request_id": "w2", "spec": {**spec, "offset": 3}})
+    assert [r["name"] for r in fake.sent[-1]["window"]["rows"]] == ["x10", "x20"]
+
+
+def test_move_updates_the_sidebar_with_a_delta_not_a_whole_view(channel, shell):
     session, fake = channel
+    mirror = Mirror()
+    mirror.apply(fake.sent[0])
     session.config.allow_meta_target = True
-    replies, snapshots = fake.request(
-        {"type": "move", "request_id": "m1", "device": "meta", "names": ["x"]}
+    for message in fake.sent[1:]:
+        mirror.apply(message)
+    fake.sent.clear()
+    fake.handler(
+        {
+            "content": {
+                "data": {"type": "move", "request_id": "m1", "device": "meta", "names": ["x"]}
+            }
+        }
     )
-    assert replies[0]["ok"] and replies[0]["request_id"] == "m1"
-    assert shell.user_ns["x"].device.type == "meta"
-    assert shell.user_ns["model"].weight.device.type == "cpu"
-    row = next(r for r in snapshots[-1]["rows"] if r["name"] == "x")
-    assert row["device"] == "meta"
-    # meta keeps no data: the move says so and nothing is offered for undo
-    assert replies[0]["message"].endswith("(cannot be undone: meta keeps no data)")
-    assert not snapshots[-1]["can_undo"]
+    assert "view" not in kinds(fake.sent) and "delta" in kinds(fake.sent)
+    for message in fake.sent:
+        mirror.apply(message)
+    reply = next(m for m in fake.sent if m["type"] == "reply")
+    assert reply["ok"] and shell.user_ns["x"].device.type == "meta"
+    assert reply["message"].endswith("(cannot be undone: meta keeps no data)")
+    row = next(r for r in mirror.rows.values() if r["name"] == "x")
+    assert row["device"] == "meta" and not row["action"]["enabled"]
+    undo = mirror.header["buttons"]["undo"]
+    assert not undo["enabled"] and undo["reason"]
+    # the mirrored window is exactly what a fresh window says
+    fake.sent.clear()
+    fake.request({"type": "refresh", "request_id": "r"})
+    fresh = fake.sent[-1]
+    assert [r["key"] for r in fresh["window"]["rows"]] == mirror.order
+    assert {r["key"]: r for r in fresh["window"]["rows"]} == mirror.rows
+    assert fresh["header"] == mirror.header
 
     replies, _ = fake.request({"type": "undo", "request_id": "u1"})
     assert not replies[0]["ok"] and replies[0]["message"] == "nothing to undo"
@@ -127,10 +208,26 @@ def test_move_everything(channel, shell):
         ({"type": "move", "request_id": "c", "device": "cpu", "names": ["nope"]}, "unknown name"),
         ({"type": "move", "request_id": "d", "device": "cpu", "names": ["__import__"]}, "unknown"),
         ({"type": "exec", "request_id": "e", "code": "import os"}, "unknown request type"),
-        ({"type": "move", "request_id": "f", "device": "cpu", "names": "x"}, "list of strings"),
+        ({"type": "move", "request_id": "f", "device": "cpu", "names": "x"}, "must be a list"),
         ({"type": "refresh", "request_id": "g", "extra": 1}, "unexpected field"),
         ({"type": "undo", "request_id": "h", "version": 99}, "version"),
         ({"type": "undo", "request_id": "i"}, "nothing to undo"),
+        ({"type": "window", "request_id": "j", "spec": {"sort": "size"}}, "lacks"),
+        (
+            {
+                "type": "window",
+                "request_id": "k",
+                "spec": {
+                    "sort": "size",
+                    "reverse": False,
+                    "filter": "",
+                    "offset": -1,
+                    "limit": 5,
+                    "target": None,
+                },
+            },
+            "negative",
+        ),
     ],
 )
 def test_bad_requests_get_an_error_reply_and_change_nothing(channel, shell, request_data, expected):
@@ -152,13 +249,14 @@ json_values = st.recursive(
 message_shapes = st.one_of(
     json_values,
     st.fixed_dictionaries(
-        {"type": st.sampled_from(["move", "undo", "refresh", "MOVE", "", "exec"])},
+        {"type": st.sampled_from(["move", "undo", "refresh", "window", "MOVE", "", "exec"])},
         optional={
             "request_id": json_values,
             "device": json_values | st.sampled_from(["cpu", "meta", "cuda:9", "x" * 2000]),
             "names": json_values | st.lists(st.sampled_from(["x", "model", "ghost", ""])),
             "version": json_values,
             "code": st.text(max_size=10),
+            "spec": json_values,
         },
     ),
 )
@@ -189,13 +287,76 @@ def test_message_without_content_is_rejected(channel):
     assert fake.sent[0]["type"] == "reply" and not fake.sent[0]["ok"]
 
 
-def test_cells_push_snapshots_to_open_comms(channel, shell):
+def test_cells_push_deltas_and_nothing_when_nothing_changed(channel, shell):
     _, fake = channel
+    mirror = Mirror()
+    for message in fake.sent:
+        mirror.apply(message)
     fake.sent.clear()
     shell.run_cell("y = torch.zeros(5)")
-    snapshots = [m for m in fake.sent if m["type"] == "snapshot"]
-    assert snapshots and any(r["name"] == "y" for r in snapshots[-1]["rows"])
-    fake.close()
+    # the window's delta, then the memory chart's rows (another part's row of the table)
+    assert kinds(fake.sent) == ["delta", "timeline"]
+    for message in fake.sent:
+        mirror.apply(message)
+    assert "y" in mirror.names()
     fake.sent.clear()
+    shell.run_cell("n = 1 + 1")  # nothing tensor-related
+    assert fake.sent == []
+    fake.close()
     shell.run_cell("z = torch.zeros(5)")
     assert fake.sent == []  # closed comms get nothing
+
+
+def test_importing_torch_later_sends_a_whole_view():
+    from IPython.testing.globalipapp import get_ipython
+
+    from torchdevice_magic.session import DeviceSession
+    from torchdevice_magic.viewmodel import LiveWindow, WindowSpec
+
+    ip = get_ipython()
+    session = DeviceSession(ip)
+    fake = FakeComm()
+    from torchdevice_magic.comm import SidebarChannel, _Subscriber
+
+    channel = SidebarChannel(session)
+    subscriber = _Subscriber(fake)
+    channel.comms["fake"] = subscriber
+    subscriber.header = {"torch_imported": False}
+    subscriber.live = LiveWindow(WindowSpec())
+    subscriber.live.reset([], WindowSpec(), None)
+    channel.push(session)  # torch is imported in this process: the sidebar gets a whole view
+    assert kinds(fake.sent) == ["view"] and fake.sent[0]["header"]["torch_imported"]
+
+
+def test_unload_tells_the_sidebar_once(channel, shell):
+    _, fake = channel
+    fake.sent.clear()
+    shell.run_line_magic("unload_ext", "torchdevice_magic")
+    assert kinds(fake.sent) == ["unloaded"]
+    protocol.check_message(fake.sent[0])
+
+
+def test_another_part_adds_a_message_type_in_one_row(channel, shell, monkeypatch):
+    """A request and a kernel message added to protocol.MESSAGES (as a rerun or a memory
+    timeline would be) are checked, served and sent without touching comm.py."""
+    session, fake = channel
+    monkeypatch.setitem(
+        protocol.MESSAGES,
+        "echo",
+        {"from": "frontend", "fields": {"request_id": "str", "text": "str"}},
+    )
+    monkeypatch.setitem(protocol.MESSAGES, "echoed", {"from": "kernel", "fields": {"text": "str"}})
+
+    def echo(request):
+        session.channel.broadcast("echoed", text=request.fields["text"].upper())
+        return True, "echoed", None
+
+    session.channel.add_handler("echo", echo)
+    fake.sent.clear()
+    fake.handler({"content": {"data": {"type": "echo", "request_id": "e1", "text": "hi"}}})
+    assert kinds(fake.sent) == ["echoed", "reply"]
+    for message in fake.sent:
+        protocol.check_message(message)
+    assert fake.sent[0]["text"] == "HI"
+    replies, _ = fake.request({"type": "echo", "request_id": "e2", "text": 3})
+    assert not replies[0]["ok"] and "must be a string" in replies[0]["message"]

@@ -1351,3 +1351,25 @@ def test_module_is_pure_and_lazy_about_torch() -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("OK ")
+
+
+def test_the_fix_line_never_wraps_inside_a_word() -> None:
+    """JupyterLab's output CSS breaks <pre> text anywhere; the fix lines say not to (issue 12)."""
+    import torchdevice_magic as tdm
+
+    namespace = {"x": torch.ones(3), "w": torch.empty(3, device="meta")}
+    error = RuntimeError(
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        "meta and cpu!"
+    )
+    diagnosis = tdm.diagnose(error, namespace, "y = x + w")
+    assert diagnosis is not None
+    shown = diagnosis._repr_html_()
+    body = shown.split("<details>")[0]  # the original message below is torch's, kept as is
+    fixes = body.split("<pre")[1:]
+    assert fixes, shown
+    for part in fixes:
+        assert part.startswith(' style="white-space:pre-wrap;word-break:normal')
+    # the rule's internal code is said in words
+    assert f"({diagnosis.kind})" not in shown or "_" not in diagnosis.kind
+    assert diagnosis.kind.replace("_", " ") in shown

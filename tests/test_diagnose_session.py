@@ -129,6 +129,12 @@ class _Comm:
     def send(self, data: dict[str, Any]) -> None:
         self.sent.append(data)
 
+    def on_msg(self, handler: Any) -> None:
+        pass
+
+    def on_close(self, handler: Any) -> None:
+        self.closed = handler
+
 
 def test_fix_button_moves_and_asks_the_notebook_to_rerun_the_cell(ip) -> None:
     pytest.importorskip("ipywidgets")
@@ -142,7 +148,7 @@ def test_fix_button_moves_and_asks_the_notebook_to_rerun_the_cell(ip) -> None:
     assert diagnosis.action is not None
     assert diagnosis.action.label == "Move x to meta and re-run"
     comm = _Comm()
-    session.channel.comms[comm.comm_id] = comm
+    session.channel._on_open(comm, {})  # a sidebar opens its comm (protocol v2)
     try:
         box = fix_button(session, diagnosis.action, "cell-1234")
         button, status = box.children
@@ -151,7 +157,9 @@ def test_fix_button_moves_and_asks_the_notebook_to_rerun_the_cell(ip) -> None:
     finally:
         session.channel.comms.pop(comm.comm_id)
     assert ip.user_ns["x"].device.type == "meta"
-    assert comm.sent[-1] == protocol.rerun("cell-1234")
+    rerun = comm.sent[-1]
+    protocol.check_message(rerun)
+    assert {k: v for k, v in rerun.items() if k != "seq"} == protocol.rerun("cell-1234")
     assert "re-running the cell" in status.value
     assert button.disabled  # a move to meta cannot be undone
     assert run(ip, "y = model(x)").error_in_exec is None

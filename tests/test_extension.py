@@ -291,8 +291,22 @@ def test_devicecheck_explains_a_device_error_with_the_chosen_device(ip):
     assert "model.to_empty(" in shown or 'model.to("cpu")' in shown
 
 
+def test_devicecheck_to_meta_is_refused_like_the_buttons_unless_allowed(ip):
+    run(ip, SETUP)
+    result, _, _ = run(ip, "%%devicecheck --to meta --quiet\ny = model(x)")
+    assert isinstance(result.error_in_exec, UsageError)
+    assert "moving to meta is turned off" in str(result.error_in_exec)
+    assert ip.user_ns["x"].device.type == "cpu" and "y" not in ip.user_ns
+
+
+def test_devicecheck_help_shows_the_cell_magic_usage(ip):
+    doc = ip.find_cell_magic("devicecheck").__doc__
+    assert "%%devicecheck [-d DEVICE]" in doc
+
+
 def test_devicecheck_to_moves_what_the_cell_reads_before_running_it(ip):
     run(ip, SETUP)
+    session_module.get_session(ip).config.allow_meta_target = True
     result, printed, _ = run(ip, "%%devicecheck --to meta --quiet\ny = model(x)")
     assert result.success, result.error_in_exec
     assert ip.user_ns["x"].device.type == "meta"
@@ -333,7 +347,7 @@ def test_devicecheck_has_real_help(ip):
 def test_devices_shows_the_table_and_returns_a_frame(ip):
     run(ip, "import torch\nbig = torch.ones(1000)\nsmall = torch.ones(3)")
     _, _, shown = run(ip, "%devices")
-    assert "Devices — cpu: 3.9 KiB" in shown and "big" in shown
+    assert "— cpu: 3.9 KiB" in shown and "big" in shown
     frame = ip.run_line_magic("devices", "-o")
     assert set(frame["name"]) >= {"big", "small"}
     assert int(frame.loc[frame["name"] == "big", "bytes"].iloc[0]) == 4000
@@ -343,9 +357,9 @@ def test_devices_hidden_shows_output_history(ip):
     run(ip, "import torch")
     ip.run_cell("torch.ones(256)", store_history=True)
     _, _, shown = run(ip, "%devices --hidden")
-    assert "(hidden)" in shown and "1.0 KiB" in shown
+    assert "held by output history" in shown and "1.0 KiB" in shown
     _, _, shown = run(ip, "%devices")
-    assert "(hidden)" not in shown
+    assert "held by output history" not in shown
 
 
 def test_devices_bad_option_is_a_usage_error(ip):

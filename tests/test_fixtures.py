@@ -1,9 +1,6 @@
-"""The JSON snapshots in tests/fixtures/ that the sidebar's jest tests render are produced by
-the kernel code (scan -> protocol.snapshot); this test rebuilds them and checks the committed
-files are exactly what the kernel produces. Rewrite them with UPDATE_FIXTURES=1.
-
-snapshot_cuda.json cannot be produced on a machine without CUDA: it is checked against the
-schema only (regenerate it on a GPU machine with UPDATE_FIXTURES=1)."""
+"""The JSON views in tests/fixtures/ that the sidebar's jest tests draw are produced by the
+kernel code (scan -> viewmodel -> protocol.snapshot); this test rebuilds them and checks the
+committed files are exactly what the kernel produces. Rewrite them with UPDATE_FIXTURES=1."""
 
 from __future__ import annotations
 
@@ -16,6 +13,7 @@ import torch
 
 import torchdevice_magic as tdm
 from torchdevice_magic import devices, moves, protocol
+from torchdevice_magic.viewmodel import Target
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -23,7 +21,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 def cpu_only_targets(monkeypatch, allow_meta=True):
     # the targets of a kernel without accelerators, whatever this machine has
     monkeypatch.setattr(devices, "accelerator_type", lambda: None)
-    return [protocol.target(*t) for t in moves.available_devices(allow_meta)]
+    return [Target(*t) for t in moves.available_devices(allow_meta)]
 
 
 def basic_namespace():
@@ -51,31 +49,62 @@ def mixed_namespace():
 
 
 def build(name, monkeypatch):
-    if name == "snapshot_empty":
+    if name == "view_empty":
         inventory = tdm.Inventory({}, [], [], set(), torch_imported=False)
         return protocol.snapshot(inventory, seq=0, targets=[], default_target=None)
     targets = cpu_only_targets(monkeypatch)
-    if name == "snapshot_basic":
+    if name == "view_basic":
         inventory = tdm.scan(basic_namespace(), include_hidden=True)
         return protocol.snapshot(inventory, seq=3, targets=targets, default_target="meta")
     inventory = tdm.scan(mixed_namespace())
-    return protocol.snapshot(
-        inventory,
-        seq=7,
-        targets=targets,
-        default_target="meta",
-        can_undo=True,
-        last_action={"action": "move", "ok": True, "message": "Moved 1 object (4.1 KiB) to meta"},
-    )
+    return protocol.snapshot(inventory, seq=7, targets=targets, default_target="meta")
 
 
-GENERATED = ["snapshot_basic", "snapshot_mixed", "snapshot_empty"]
+def delta_sequence():
+    """A view, the deltas a few cells produce, and the fresh view at the end (the jest test
+    applies the deltas the way the sidebar does and must reach the fresh view exactly)."""
+    from torchdevice_magic.viewmodel import LiveWindow, WindowSpec
+
+    torch.manual_seed(0)
+    namespace = {f"x{i}": torch.zeros(i * 16 + 1) for i in range(1, 8)}
+    spec = WindowSpec(limit=5)
+    inventory = tdm.scan(namespace)
+    live = LiveWindow(spec)
+    first = live.reset(inventory.records, spec, "meta")
+    messages, seq = [], 1
+    for change in (
+        {"x1": torch.zeros(4096)},  # into the top of the window
+        {"x9": torch.zeros(8)},  # a new name outside the window
+        {"x7": torch.zeros(2)},  # out of the window
+        {"x3": None},  # deleted
+    ):
+        for name, value in change.items():
+            if value is None:
+                del namespace[name]
+            else:
+                namespace[name] = value
+        inventory = tdm.scan(namespace, previous=inventory, changed=tuple(change))
+        delta = live.update(inventory.records)
+        if delta is not None:
+            messages.append(
+                protocol.envelope(
+                    "delta", seq=seq + 1, base=seq, header=None, window=delta.to_wire()
+                )
+            )
+            seq += 1
+    from torchdevice_magic.viewmodel import window
+
+    final = window(inventory.records, spec, "meta")
+    return {"first": first.to_wire(), "deltas": messages, "final": final.to_wire()}
+
+
+GENERATED = ["view_basic", "view_mixed", "view_empty"]
 
 
 @pytest.mark.parametrize("name", GENERATED)
 def test_committed_fixture_is_what_the_kernel_produces(name, monkeypatch):
     snapshot = json.loads(json.dumps(build(name, monkeypatch)))
-    protocol.check_snapshot(snapshot)
+    protocol.check_message(snapshot)
     path = FIXTURES / f"{name}.json"
     if os.environ.get("UPDATE_FIXTURES") == "1":
         path.write_text(json.dumps(snapshot, indent=2) + "\n")
@@ -83,19 +112,31 @@ def test_committed_fixture_is_what_the_kernel_produces(name, monkeypatch):
 
 
 def test_generated_fixtures_cover_what_the_sidebar_must_show(monkeypatch):
-    basic = build("snapshot_basic", monkeypatch)
-    names = {row["name"]: row for row in basic["rows"]}
-    assert names["Out[2]"]["hidden"] and not names["Out[2]"]["movable"]
+    basic = build("view_basic", monkeypatch)
+    names = {row["name"]: row for row in basic["window"]["rows"]}
+    assert "output history" in names["Out[2]"]["status"]
+    assert not names["Out[2]"]["selectable"] and not names["Out[2]"]["action"]["enabled"]
     assert "Out[3]" not in names  # also reachable as `kept`: not hidden
     assert names["batch[0]"]["root"] == "batch"
-    assert any(t["device"] == "cuda" and not t["enabled"] for t in basic["targets"])
-    mixed = build("snapshot_mixed", monkeypatch)
-    assert mixed["warnings"] == ["model spans cpu, meta"]
-    assert {d["device"] for d in mixed["devices"]} == {"cpu", "meta"}
+    assert any(t["device"] == "cuda" and not t["enabled"] for t in basic["header"]["targets"])
+    mixed = build("view_mixed", monkeypatch)
+    assert mixed["header"]["warnings"] == ["model spans cpu, meta"]
+    assert {bar["device"] for bar in mixed["header"]["bars"]} == {"cpu", "meta"}
+
+
+def test_delta_fixture_is_what_the_kernel_produces():
+    sequence = json.loads(json.dumps(delta_sequence()))
+    for message in sequence["deltas"]:
+        protocol.check_message(message)
+    assert len(sequence["deltas"]) >= 3
+    path = FIXTURES / "deltas.json"
+    if os.environ.get("UPDATE_FIXTURES") == "1":
+        path.write_text(json.dumps(sequence, indent=2) + "\n")
+    assert json.loads(path.read_text()) == sequence
 
 
 def test_every_fixture_matches_the_schema():
-    files = sorted(FIXTURES.glob("*.json"))
-    assert {f.stem for f in files} >= set(GENERATED) | {"snapshot_cuda"}
+    files = sorted(FIXTURES.glob("view_*.json"))
+    assert {f.stem for f in files} >= set(GENERATED)
     for path in files:
-        protocol.check_snapshot(json.loads(path.read_text()))
+        protocol.check_message(json.loads(path.read_text()))

@@ -297,7 +297,7 @@ def test_include_hidden_reports_tensors_held_only_by_output_history():
     assert [r.name for r in hidden] == ["Out[4]"]
     assert hidden[0].bytes == 200 and "output history" in hidden[0].note
     assert not hidden[0].movable
-    assert "Out[4] (hidden)" in repr(inventory)
+    assert "Out[4]" in repr(inventory) and "held by output history" in repr(inventory)
 
 
 # -- exports ----------------------------------------------------------------------------------
@@ -310,12 +310,12 @@ def test_frame_json_repr_and_html():
     assert {"name", "kind", "type", "device", "dtype", "shape", "bytes"} <= set(frame.columns)
     assert sorted(frame["name"]) == ["model", "x"]
     snapshot = inventory.to_json()
-    protocol.check_snapshot(snapshot)
+    protocol.check_message(snapshot)
     json.dumps(snapshot)
-    assert snapshot["total_rows"] == 2 and snapshot["devices"][0]["device"] == "cpu"
+    assert snapshot["window"]["total"] == 2 and snapshot["header"]["bars"][0]["device"] == "cpu"
     text = repr(inventory)
     assert text.startswith("Devices — cpu: 36 B") and "model" in text and "Linear" in text
-    assert "<table>" in inventory._repr_html_()
+    assert "<table" in inventory._repr_html_()
     assert inventory.devices == ["cpu"]
 
 
@@ -483,7 +483,7 @@ def test_a_namespace_without_torch_gives_an_empty_inventory_that_renders():
     inventory = tdm.Inventory({}, [], [], set(), torch_imported=False)
     assert inventory.records == [] and inventory.totals() == {}
     assert "torch is not imported" in repr(inventory)
-    protocol.check_snapshot(inventory.to_json())
+    protocol.check_message(inventory.to_json())
 
 
 def test_records_follow_the_namespace_order():

@@ -57,3 +57,49 @@ def test_real_kernel_explains_a_device_mismatch_in_the_cell_output():
     assert strict_errors and strict_errors[0]["ename"] == "MixedDevicesError"
     assert "spans 2 devices: cpu, meta" in cell_text(strict)
     assert "['a', 'b', 'model', 'x']" in cell_text(nb.cells[4])
+
+
+def widget_state_text(nb: nbformat.NotebookNode, cell: nbformat.NotebookNode) -> str:
+    """Every string of every widget model that the cell's table (its root widget) reaches,
+    from the notebook's saved widget state."""
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    roots = [
+        o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
+        for o in cell.outputs
+        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+    ]
+    assert roots, "the cell shows no widget"
+    seen, stack, texts = set(), list(roots), []
+    while stack:
+        model_id = stack.pop()
+        if model_id in seen or model_id not in state:
+            continue
+        seen.add(model_id)
+        for value in state[model_id]["state"].values():
+            values = value if isinstance(value, list) else [value]
+            for item in values:
+                if isinstance(item, str) and item.startswith("IPY_MODEL_"):
+                    stack.append(item.removeprefix("IPY_MODEL_"))
+                elif isinstance(item, str):
+                    texts.append(item)
+    return "\n".join(texts)
+
+
+def test_tables_are_records_of_their_moment_in_the_saved_notebook():
+    nb = notebook(
+        "%load_ext torchdevice_magic",
+        "import torch\nearly_tensor = torch.ones(10)",
+        "%devices",
+        "%devices --live",
+        "later_tensor = torch.ones(20)",
+        "%devices",
+        "%devices --text",
+    )
+    NotebookClient(nb, timeout=120, kernel_name="python3", store_widget_state=True).execute()
+    first, live, second = (widget_state_text(nb, nb.cells[i]) for i in (2, 3, 5))
+    assert "early_tensor" in first and "later_tensor" not in first
+    assert "as of [3]" in first
+    assert "later_tensor" in second and "as of [6]" in second
+    assert "later_tensor" in live and "live" in live
+    # the static text/HTML rendering says its moment too
+    assert "Devices (as of [7])" in cell_text(nb.cells[6])

@@ -629,16 +629,27 @@ def test_timeline_message_is_schema_checked_and_follows_the_snapshot(ip):
 
     sent = []
 
-    class Channel:
+    class Channel:  # a sidebar's comm (protocol v2: opening it gets the first window)
+        comm_id = "fake"
+
         def send(self, data):
             sent.append(data)
 
-    session.channel.comms["fake"] = Channel()
+        def on_msg(self, handler):
+            pass
+
+        def on_close(self, handler):
+            pass
+
+    session.channel._on_open(Channel(), {})
     try:
-        session.channel.push(session)
+        run(ip, "losses.append(torch.ones(3, requires_grad=True).exp().sum())")
     finally:
-        session.channel.comms.pop("fake")
-    assert [m["type"] for m in sent] == ["snapshot", "timeline"]
+        session.channel._detach("fake")
+    # the window's delta after the cell, then the memory chart's rows
+    assert [m["type"] for m in sent] == ["view", "delta", "timeline"]
+    for message in sent:
+        protocol.check_message(message)
     with pytest.raises(protocol.ProtocolError):
         protocol.check_timeline({**message, "rows": [{**last, "bytes": "12"}]})
 

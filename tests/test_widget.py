@@ -24,6 +24,7 @@ from torch import nn
 import torchdevice_magic.moves as moves
 from torchdevice_magic.inventory import is_ipython_bookkeeping
 from torchdevice_magic.session import load
+from torchdevice_magic.viewmodel import Target
 from torchdevice_magic.widget import DeviceTable
 
 HAS_CUDA = torch.cuda.is_available()
@@ -57,6 +58,7 @@ def session(ip: Any) -> Iterator[Any]:
     session.config.include_hidden = False
     session.config.default_device = ""
     session.undo_stack.clear()
+    session.last_undoable = True
     session.full_scan()
     yield session
     session.config.allow_meta_target = False
@@ -147,7 +149,7 @@ def test_move_all_to_meta_moves_tensors_and_modules(
     assert ns["n"] == 5
     for name in ("x", "model", "batch['a']", "batch['b']"):
         assert column(table, name) == "meta", name
-    assert column(table, "x", 5) == "0 B (needs 400 B)"
+    assert column(table, "x", 5) == "0 B (meta; needs 400 B)"
     assert column(table, "model", 4) == "15 params"
     assert status_text(table).startswith("Moved 3 objects") and " to meta" in status_text(table)
     assert not is_error(table)
@@ -159,7 +161,7 @@ def test_move_all_to_meta_moves_tensors_and_modules(
     assert "x cannot be moved" in table.row_buttons["x"].tooltip
     # the header: cpu holds nothing any more; meta shows what it would need
     header = " ".join(w.value for box in table.totals.children for w in box.children[::2])
-    assert "meta" in header and "0 B (needs 480 B)" in header
+    assert "meta" in header and "0 B (meta; needs 480 B)" in header
 
 
 def test_row_button_moves_only_that_name(
@@ -267,7 +269,8 @@ def test_a_move_to_meta_says_it_cannot_be_undone_and_disables_undo(
     assert not is_error(table)
     assert "(cannot be undone: meta keeps no data)" in status_text(table)
     # meta keeps no data: undo is never offered, rather than offered and refused every time
-    assert table.undo_button.disabled and table.undo_button.tooltip == "nothing to undo"
+    assert table.undo_button.disabled
+    assert table.undo_button.tooltip == "the last move went to meta and cannot be undone"
     table.undo_button.click()  # a disabled button's click must not raise either
     assert ip.user_ns["x"].device.type == "meta"
     assert column(table, "x") == "meta"
@@ -343,10 +346,10 @@ def test_turning_meta_off_takes_it_out_of_the_dropdown(
 ) -> None:
     ip.user_ns["x"] = torch.ones(3)
     session.config.allow_meta_target = True
-    table = make_table()
+    table = make_table(live=True)
     table.target_dropdown.value = "meta"
     assert not table.row_buttons["x"].disabled
-    session.config.allow_meta_target = False  # the session refreshes its views
+    session.config.allow_meta_target = False  # the session refreshes its live views
     target = table.target_dropdown.value
     assert "meta" not in table.target_dropdown.options
     assert target == ("cuda:0" if HAS_CUDA else "cpu")  # back to the default
@@ -362,9 +365,7 @@ def test_a_target_that_disappeared_since_rendering_is_not_moved_to(
     table = make_table()
     table.target_dropdown.value = "meta"
     # the dropdown still shows meta, but by the time of the click it is no longer enabled
-    monkeypatch.setattr(
-        type(session), "targets", lambda self: [{"device": "cpu", "enabled": True, "reason": ""}]
-    )
+    monkeypatch.setattr(type(session), "targets", lambda self: [Target("cpu", True, "")])
     table.move_all_button.click()
     table.row_buttons["x"].click()
     assert ip.user_ns["x"].device.type == "cpu"
@@ -494,7 +495,7 @@ def test_last_page_is_partial_and_next_stops(
     ip: Any, session: Any, make_table: Callable[..., DeviceTable]
 ) -> None:
     ip.user_ns.update({f"t{i:02d}": torch.ones(1) for i in range(12)})
-    table = make_table(page_size=5, include_hidden=False)
+    table = make_table(page_size=5, include_hidden=False, live=True)
     table.sort_dropdown.value = "name"
     seen = []
     labels = []
@@ -521,7 +522,7 @@ def test_sorting_by_name_size_and_device(
         d_mid=torch.ones(100),
     )
     table = make_table()
-    assert names(table) == ["a_big", "c_meta", "d_mid", "b_small"]  # size, meta: would need
+    assert names(table) == ["a_big", "d_mid", "b_small", "c_meta"]  # size: real bytes
     table.sort_dropdown.value = "name"
     assert names(table) == ["a_big", "b_small", "c_meta", "d_mid"]
     table.sort_dropdown.value = "device"
@@ -543,7 +544,8 @@ def test_module_and_container_rows_show_their_summary(
     assert column(table, "net", 4) == "110 params" and column(table, "net", 1) == "Linear"
     assert column(table, "many", 4) == "20 items"
     assert column(table, "many", 1) == "list[Tensor]"
-    assert column(table, "many", 6) == "20 Tensor objects"
+    (many,) = [row for row in table.rows() if row.name == "many"]
+    assert many.status == "20 Tensor objects"
 
 
 def test_header_shows_each_device_and_mixed_warnings(
@@ -557,9 +559,10 @@ def test_header_shows_each_device_and_mixed_warnings(
     assert set(rows) == {"<b>cpu</b>", "<b>meta</b>"}
     cpu_bar, cpu_text = rows["<b>cpu</b>"][1], rows["<b>cpu</b>"][2].value
     assert isinstance(cpu_bar, ipywidgets.FloatProgress)
-    assert cpu_bar.value == cpu_bar.max == 1024 + 64  # the largest device: a full bar
+    assert cpu_bar.value == cpu_bar.max == 1.0  # the largest device: a full bar
     assert "1.1 KiB" in cpu_text
-    assert rows["<b>meta</b>"][1].value == 0 and "0 B (needs 16 B)" in rows["<b>meta</b>"][2].value
+    assert rows["<b>meta</b>"][1].value == 0
+    assert "0 B (meta; needs 16 B)" in rows["<b>meta</b>"][2].value
     assert "model spans cpu, meta" in table.warnings.value
     assert table.warnings.layout.display is None  # shown
 
@@ -594,13 +597,13 @@ def test_hidden_rows_are_listed_only_on_request_and_never_movable(
     session.config.allow_meta_target = True
     ip.run_cell("torch.ones(7)", store_history=True)  # kept alive only by the output history
     plain = make_table()
-    assert not any("(hidden)" in name for name in names(plain))
+    assert not any("output history" in row.status for row in plain.rows())
     try:
         table = make_table(include_hidden=True)
         table.target_dropdown.value = "meta"
-        hidden = [row for row in table.rendered_rows() if row[0].endswith(" (hidden)")]
-        assert [row[4] for row in hidden] == ["(7)"]
-        label = hidden[0][0].removesuffix(" (hidden)")
+        hidden = [row for row in table.rows() if "output history" in row.status]
+        assert [row.shape for row in hidden] == ["(7)"]
+        label = hidden[0].name
         assert label not in table.row_checkboxes
         assert table.row_buttons[label].disabled
         assert "output history" in table.row_buttons[label].tooltip
@@ -608,10 +611,13 @@ def test_hidden_rows_are_listed_only_on_request_and_never_movable(
         ip.displayhook.flush()  # drop Out and _ (the ip fixture does it too)
 
 
-def test_a_cell_refreshes_the_table_without_any_click(
+def test_a_static_table_keeps_its_moment_and_a_live_one_follows_cells(
     ip: Any, session: Any, make_table: Callable[..., DeviceTable]
 ) -> None:
-    table = make_table()
+    frozen = make_table(as_of=7)
+    assert "as of [7]" in frozen.stamp.value
+    table = make_table(live=True)
+    assert "live" in table.stamp.value
     assert "y" not in names(table)
     ip.run_cell("y = torch.ones(3)")
     assert "y" in names(table) and column(table, "y", 4) == "(3)"
@@ -619,6 +625,11 @@ def test_a_cell_refreshes_the_table_without_any_click(
     assert column(table, "y", 4) == "(5, 5)"
     ip.run_cell("del y")
     assert "y" not in names(table)
+    assert "y" not in names(frozen)
+    ip.user_ns["y"] = torch.ones(2)
+    frozen.refresh_button.click()  # its own button: it changes, and says so
+    assert "y" in names(frozen)
+    assert "refreshed by its button" in frozen.stamp.value
 
 
 def test_without_torch_objects_the_table_says_so(

@@ -1,9 +1,11 @@
 """The kernel end of the JupyterLab sidebar's channel: comm target ``torchdevice_magic``.
 
-The sidebar opens a comm (or accepts the one the kernel opens when the extension loads); the
-kernel answers with a snapshot, pushes a new one after every non-silent cell and every move,
-and serves ``refresh`` / ``move`` / ``undo`` requests. Every request is validated by
-:func:`protocol.parse_request` first: nothing a message says is ever executed as code.
+Protocol v2 (:mod:`.protocol`): opening the comm gets the first window (the 200 biggest rows)
+at once; the sidebar asks for other windows (sort, filter, page, target); after each cell the
+kernel sends only what changed in that window and in the header (a ``delta``), and nothing at
+all when the cell changed nothing tensor-related. ``refresh`` / ``move`` / ``undo`` are served
+as before. Every request is validated by :func:`protocol.parse_request` first: nothing a
+message says is ever executed as code. All figures come from :mod:`.viewmodel`.
 """
 
 from __future__ import annotations
@@ -12,15 +14,44 @@ import logging
 from typing import Any
 
 from . import protocol
+from .viewmodel import LiveWindow, WindowSpec
 
 log = logging.getLogger("torchdevice_magic")
+
+
+class _Subscriber:
+    """One open comm: its window, what it was last sent, the sequence number."""
+
+    __slots__ = ("channel", "live", "header", "seq", "target", "actions")
+
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
+        self.live = LiveWindow(WindowSpec())
+        self.header: dict[str, Any] | None = None
+        self.seq = 0
+        self.target: str | None = None  # the target the user chose (None: the default)
+        self.actions = 0  # the session's action count when this sidebar was last sent
 
 
 class SidebarChannel:
     def __init__(self, session: Any) -> None:
         self.session = session
-        self.comms: dict[str, Any] = {}
+        self.comms: dict[str, _Subscriber] = {}
         self._registered = False
+        #: request type -> handler(request) -> (ok, message, outcome): request types other
+        #: parts add to protocol.MESSAGES (e.g. a rerun), without touching this class
+        self.handlers: dict[str, Any] = {}
+
+    def add_handler(self, kind: str, handler: Any) -> None:
+        """Serve the request type ``kind`` (a row of ``protocol.MESSAGES`` from the frontend)."""
+        self.handlers[kind] = handler
+
+    def broadcast(self, kind: str, **fields: Any) -> None:
+        """Send every open sidebar a message of type ``kind`` (a row of ``protocol.MESSAGES``
+        from the kernel, e.g. a memory timeline), numbered in each comm's sequence."""
+        for subscriber in list(self.comms.values()):
+            subscriber.seq += 1
+            self._send(subscriber, protocol.envelope(kind, seq=subscriber.seq, **fields))
 
     # -- lifecycle ---------------------------------------------------------------------------
     def register(self) -> None:
@@ -33,17 +64,28 @@ class SidebarChannel:
         # Tell any sidebar already watching this kernel that the extension is here now. A
         # frontend without our sidebar closes the comm, and then nothing more is sent.
         try:
-            announced = create_comm(target_name=protocol.COMM_TARGET, data=self.session.snapshot())
-            self._attach(announced)
+            subscriber = _Subscriber(None)
+            data = self._view(subscriber)
+            announced = create_comm(target_name=protocol.COMM_TARGET, data=data)
+            subscriber.channel = announced
+            self._attach(subscriber)
         except Exception:
             log.debug("torchdevice_magic: no frontend to announce to", exc_info=True)
 
     def unregister(self) -> None:
         from comm import get_comm_manager
 
-        for channel in list(self.comms.values()):
+        for subscriber in list(self.comms.values()):
+            self._send(
+                subscriber,
+                protocol.envelope(
+                    "unloaded",
+                    seq=subscriber.seq + 1,
+                    message="torchdevice_magic was unloaded from this kernel",
+                ),
+            )
             try:
-                channel.close()
+                subscriber.channel.close()
             except Exception:
                 log.debug("torchdevice_magic: closing a comm failed", exc_info=True)
         self.comms.clear()
@@ -53,13 +95,15 @@ class SidebarChannel:
             self._registered = False
 
     def _on_open(self, channel: Any, open_message: dict[str, Any]) -> None:
-        self._attach(channel)
-        self._send(channel, self.session.snapshot())
+        subscriber = _Subscriber(channel)
+        self._attach(subscriber)
+        self._send(subscriber, self._view(subscriber))
 
-    def _attach(self, channel: Any) -> None:
+    def _attach(self, subscriber: _Subscriber) -> None:
+        channel = subscriber.channel
         comm_id = getattr(channel, "comm_id", None) or str(id(channel))
-        self.comms[comm_id] = channel
-        channel.on_msg(self.handle_message)
+        self.comms[comm_id] = subscriber
+        channel.on_msg(lambda message, comm_id=comm_id: self.handle_message(message, comm_id))
         channel.on_close(lambda _message, comm_id=comm_id: self._detach(comm_id))
         self.session.remove_listener(self.push)
         self.session.add_listener(self.push)
@@ -70,23 +114,88 @@ class SidebarChannel:
             self.session.remove_listener(self.push)
 
     # -- kernel -> sidebar ---------------------------------------------------------------------
+    def _view(self, subscriber: _Subscriber, spec: WindowSpec | None = None) -> dict[str, Any]:
+        """A whole window and header (on open, on a ``window`` request, on ``refresh``)."""
+        session = self.session
+        inventory = session.current_inventory()
+        records = inventory.records if inventory.torch_imported else []
+        spec = spec or subscriber.live.spec
+        window = subscriber.live.reset(records, spec, session.choose_target(subscriber.target))
+        header = session.header(subscriber.target, counts=subscriber.live.counts)
+        subscriber.header = header.to_wire()
+        subscriber.actions = session.actions
+        subscriber.seq += 1
+        return protocol.envelope(
+            "view",
+            seq=subscriber.seq,
+            header=subscriber.header,
+            window=window.to_wire(),
+            last_action=session.last_action,
+            live=True,
+        )
+
     def push(self, session: Any) -> None:
+        """After a cell or an action: send each sidebar what changed, or nothing."""
         if not self.comms:
             return
-        snapshot = session.snapshot()
-        # the memory chart's rows (torchdevice_magic.memory), after the snapshot
-        timeline_message = getattr(session, "timeline_message", None)
-        timeline = timeline_message() if timeline_message is not None else None
-        for channel in list(self.comms.values()):
-            self._send(channel, snapshot)
-            if timeline is not None:
-                self._send(channel, timeline)
+        sent = self._push_window(session)
+        if sent:
+            # the memory chart's rows (torchdevice_magic.memory), after what changed; a cell
+            # that changed nothing tensor-related sends nothing, this included
+            timeline_message = getattr(session, "timeline_message", None)
+            message = timeline_message() if timeline_message is not None else None
+            if message is not None:
+                self.broadcast("timeline", rows=message["rows"])
 
-    def _send(self, channel: Any, data: dict[str, Any]) -> None:
-        try:
-            channel.send(data)
-        except Exception:
-            log.debug("torchdevice_magic: sending to the sidebar failed", exc_info=True)
+    def _push_window(self, session: Any) -> bool:
+        """Send each sidebar its window's delta (or whole view); whether anything
+        tensor-related changed (then the memory timeline follows)."""
+        sent = False
+        inventory = session.current_inventory()
+        records = inventory.records if inventory.torch_imported else []
+        for subscriber in list(self.comms.values()):
+            live = subscriber.live
+            if live.window is None or (
+                subscriber.header is not None
+                and subscriber.header["torch_imported"] != inventory.torch_imported
+            ):
+                self._send(subscriber, self._view(subscriber))
+                sent = True
+                continue
+            delta = live.update(records)
+            if delta is None and not live.records_changed and session.actions == subscriber.actions:
+                continue  # nothing tensor-related changed: send nothing
+            sent = True  # something changed, if perhaps outside this window
+            subscriber.actions = session.actions
+            header = session.header(subscriber.target, counts=live.counts)
+            if header.target != live.target:
+                # the default target changed (a device appeared, meta was turned on): the
+                # rows' buttons depend on it, so send the whole window again
+                self._send(subscriber, self._view(subscriber))
+                sent = True
+                continue
+            wire = header.to_wire()
+            changed_header = wire != subscriber.header
+            if delta is None and not changed_header:
+                continue
+            subscriber.header = wire
+            base = subscriber.seq
+            subscriber.seq += 1
+            if delta is None:
+                from .viewmodel import Delta
+
+                delta = Delta((), (), None, live.window.matching, live.window.total)
+            self._send(
+                subscriber,
+                protocol.envelope(
+                    "delta",
+                    seq=subscriber.seq,
+                    base=base,
+                    header=wire if changed_header else None,
+                    window=delta.to_wire(),
+                ),
+            )
+        return sent
 
     def send_rerun(self, cell_id: str) -> bool:
         """Ask the notebook to run one of its cells again (after a one-click fix). False when
@@ -94,17 +203,27 @@ class SidebarChannel:
         if not self.comms:
             return False
         data = protocol.rerun(cell_id)
-        for channel in list(self.comms.values()):
-            self._send(channel, data)
+        fields = {k: v for k, v in data.items() if k not in ("protocol", "version", "type")}
+        self.broadcast("rerun", **fields)
         return True
 
-    def _reply(self, request_id: str, ok: bool, message: str, outcome: Any = None) -> None:
+    def _send(self, subscriber: _Subscriber, data: dict[str, Any]) -> None:
+        try:
+            subscriber.channel.send(data)
+        except Exception:
+            log.debug("torchdevice_magic: sending to the sidebar failed", exc_info=True)
+
+    def _reply(
+        self, comm_id: str | None, request_id: str, ok: bool, message: str, outcome: Any = None
+    ) -> None:
         data = protocol.reply(request_id, ok, message, outcome)
-        for channel in list(self.comms.values()):
-            self._send(channel, data)
+        targets = [self.comms[comm_id]] if comm_id in self.comms else list(self.comms.values())
+        for subscriber in targets:
+            subscriber.seq += 1
+            self._send(subscriber, {**data, "seq": subscriber.seq})
 
     # -- sidebar -> kernel ---------------------------------------------------------------------
-    def handle_message(self, message: dict[str, Any]) -> None:
+    def handle_message(self, message: dict[str, Any], comm_id: str | None = None) -> None:
         data = message.get("content", {}).get("data") if isinstance(message, dict) else None
         request_id = data.get("request_id", "") if isinstance(data, dict) else ""
         if not isinstance(request_id, str):
@@ -112,25 +231,37 @@ class SidebarChannel:
         try:
             request = protocol.parse_request(data)
         except protocol.ProtocolError as error:
-            self._reply(request_id, False, f"rejected: {error}")
+            self._reply(comm_id, request_id, False, f"rejected: {error}")
+            return
+        subscriber = self.comms.get(comm_id) if comm_id is not None else None
+        if request.type == "window" and request.spec is not None:
+            if subscriber is None:
+                self._reply(comm_id, request.request_id, False, "no such sidebar")
+                return
+            subscriber.target = request.spec.target
+            self._reply(comm_id, request.request_id, True, "window")
+            self._send(subscriber, self._view(subscriber, request.spec))
             return
         try:
-            ok, text, outcome = self.answer(request)
+            handler = self.handlers.get(request.type)
+            ok, text, outcome = handler(request) if handler else self.answer(request)
         except Exception as error:  # never a traceback in the sidebar
             log.exception("torchdevice_magic: handling a sidebar request failed")
             ok, text, outcome = False, f"{type(error).__name__}: {error}", None
-        self._reply(request.request_id, ok, text, outcome)
-        if request.type == "refresh" or not ok:
+        self._reply(comm_id, request.request_id, ok, text, outcome)
+        if request.type == "refresh":
+            for each in list(self.comms.values()):
+                self._send(each, self._view(each))
+        elif not ok:
             self.push(self.session)  # moves and undos already pushed through after_action
 
     def answer(self, request: protocol.Request) -> tuple[bool, str, dict[str, Any] | None]:
-        """(ok, one-line message, outcome) for a validated request."""
+        """(ok, one-line message, outcome) for a validated move / undo / refresh."""
         from .moves import MoveError
 
         session = self.session
         if request.type == "refresh":
             session.full_scan()
-            session.seq += 1
             return True, "refreshed", None
         try:
             if request.type == "undo":
@@ -139,7 +270,7 @@ class SidebarChannel:
                 names = self._checked_names(request.names)
                 result = session.move(request.device, names)
         except MoveError as error:
-            return False, str(error), {"action": request.type, "ok": False, "message": str(error)}
+            return False, str(error), protocol.outcome(request.type, False, str(error))
         outcome = session.last_action
         return result.ok, outcome["message"] if outcome else result.summary(), outcome
 

@@ -46,7 +46,8 @@ class DeviceMagics(Magics):
         self.session = session
 
     # -- %%devicecheck ---------------------------------------------------------------------
-    @magic_arguments()
+    # name="%devicecheck": the usage line reads "%%devicecheck ..." (a cell magic)
+    @magic_arguments(name="%devicecheck")
     @argument(
         "-d",
         "--device",
@@ -95,7 +96,12 @@ class DeviceMagics(Magics):
         args = parse_argstring(self.devicecheck, line)
         session = self.session
         target = self._checked_device(args.device, "-d") if args.device else None
-        move_to = self._checked_device(args.to, "--to") if args.to else None
+        # --to moves, like the buttons: meta only where allow_meta_target is on
+        move_to = (
+            self._checked_device(args.to, "--to", allow_meta=session.config.allow_meta_target)
+            if args.to
+            else None
+        )
         read = names_read(cell, self.shell)
 
         if move_to is not None:
@@ -126,7 +132,7 @@ class DeviceMagics(Magics):
             {d for r in used.records if not r.hidden for d in r.devices}, key=device_sort_key
         )
         if not args.quiet and used.records:
-            session.show(used)
+            session.show(self._table(used, title="What this cell used"))
         if len(spans) > 1:
             message = f"what this cell used spans {len(spans)} devices: {', '.join(spans)}"
             if args.strict:
@@ -146,14 +152,31 @@ class DeviceMagics(Magics):
         named = self.shell.compile.format_code_name(filename)  # type: ignore[union-attr]
         return named[1] if named else None
 
-    def _checked_device(self, text: str, option: str) -> str:
+    def _checked_device(self, text: str, option: str, allow_meta: bool = True) -> str:
         from .moves import MoveError, resolve_device
 
         try:
-            # typed by the user: meta is allowed here (the config gate is for one-click moves)
-            return str(resolve_device(text, allow_meta=True))
+            return str(resolve_device(text, allow_meta=allow_meta))
         except MoveError as error:
+            if not allow_meta and text.strip().partition(":")[0] == "meta":
+                raise UsageError(
+                    f"{option} {text}: moving to meta is turned off (meta tensors keep no "
+                    "data); %config TorchDeviceMagic.allow_meta_target = True allows it"
+                ) from None
             raise UsageError(f"{option} {text}: {error}") from None
+
+    def _table(self, inventory: Any, title: str = "Devices") -> Any:
+        """A static table of this moment ("as of [n]"), drawn from the view model."""
+        from .render import Table
+
+        session = self.session
+        return Table(
+            inventory,
+            session.targets(),
+            default_target=session.default_target(),
+            as_of=self.session.cell_number(),
+            title=title,
+        )
 
     def _move_before_running(self, read: list[str], device: str) -> None:
         from .moves import MoveError
@@ -188,6 +211,12 @@ class DeviceMagics(Magics):
         "--text", action="store_true", help="Show the static table even where widgets render."
     )
     @argument(
+        "--live",
+        action="store_true",
+        help="A table that follows every cell (labelled live). Without it, the table shows "
+        "the namespace as of this cell and changes only by its own buttons.",
+    )
+    @argument(
         "--holders",
         action="store_true",
         help="What keeps tensor memory alive outside your named variables (the last error's "
@@ -209,7 +238,8 @@ class DeviceMagics(Magics):
     def devices(self, line: str = "") -> Any:
         """Show every tensor, module and optimizer in the namespace with its device and memory.
 
-        In Jupyter this is a live table (sortable, with per-device totals and move buttons);
+        In Jupyter this is a table of this cell's moment ("as of [n]": sortable, filterable,
+        with per-device totals and move buttons); ``--live`` follows every cell instead;
         elsewhere a text table. ``-o`` returns the DataFrame instead.
 
         ``--holders`` lists what holds memory outside named variables, ``--release N`` frees
@@ -224,9 +254,15 @@ class DeviceMagics(Magics):
         if not args.text and _widgets_render(self.shell):
             from .widget import DeviceTable
 
-            self.session.show(DeviceTable(self.session, include_hidden=args.hidden))
+            table = DeviceTable(
+                self.session,
+                include_hidden=args.hidden,
+                live=args.live,
+                as_of=self.session.cell_number(),
+            )
+            self.session.show(table)
             return None
-        self.session.show(inventory)
+        self.session.show(self._table(inventory))
         return None
 
     def _memory(self, args: Any) -> Any:

@@ -1,74 +1,251 @@
-"""The JSON schema shared by the ipywidgets table and the JupyterLab sidebar.
+"""The wire schema (version 2) between the kernel and the JupyterLab sidebar.
 
-One schema, versioned, so both views render the same facts and the sidebar's TypeScript
-types (``labextension/src/protocol.ts``) can mirror it field by field.
+One definition: :data:`STRUCTS` (the shapes) and :data:`MESSAGES` (every message type, in one
+table, with its direction and fields). The sidebar's TypeScript types in
+``labextension/src/protocol.ts`` are generated from these tables by
+``python -m torchdevice_magic.protocol > labextension/src/protocol.ts`` and a test fails when
+the file drifts. Another part of the extension adds a message by adding a row to
+:data:`MESSAGES` (and its structs to :data:`STRUCTS`) and regenerating.
 
-Kernel -> frontend messages
----------------------------
-``snapshot``::
+The conversation::
 
-    {
-      "protocol": "torchdevice_magic", "version": 1, "type": "snapshot",
-      "seq": 7,                       # increases with every snapshot this kernel sends
-      "torch_imported": true,         # false: nothing to show yet (we never import torch)
-      "devices": [DeviceTotal, ...],  # per-device totals, sorted cpu first then by name
-      "targets": [Target, ...],       # devices a move may go to, with why some are disabled
-      "default_target": "cuda:0",
-      "warnings": ["model spans cpu and meta", ...],
-      "rows": [Row, ...],             # at most ``row_limit`` rows, biggest first
-      "total_rows": 1234,             # how many records the inventory has
-      "can_undo": false,
-      "last_action": ActionOutcome | null,
-    }
+    sidebar opens the comm            -> kernel sends ``view`` (the 200 biggest rows) at once
+    sidebar sends ``window``           -> ``view`` for that sort / filter / page / target
+    after a cell, if its window or totals changed -> ``delta`` (rows upserted / removed, the
+                                          new key order when it changed, the header if changed)
+    a cell that changed nothing tensor-related    -> nothing
+    ``refresh`` / ``move`` / ``undo``  -> ``reply`` (the outcome, skip reasons in words), then
+                                          ``delta`` or ``view``
+    ``%unload_ext``                    -> ``unloaded``, then the comm closes
+    a one-click fix under a diagnosis  -> ``rerun`` (the notebook runs that cell again)
+    after a cell that changed tensors  -> ``timeline`` too (memory per cell: the chart)
 
-``timeline`` (memory per cell and device, after each cell; the sidebar's small chart)::
-
-    {"protocol": ..., "version": 1, "type": "timeline", "seq": 7,
-     "rows": [{"cell": 12, "device": "cuda:0", "bytes": 123, "delta": -4,
-               "peak": 456 | null, "changes": [["losses: 8 autograd graphs", 1024], ...],
-               "note": "del x freed nothing of ..."}, ...]}   # oldest first, at most 200
-
-``reply`` (answer to one request)::
-
-    {"protocol": ..., "version": 1, "type": "reply", "request_id": "...", "ok": bool,
-     "message": "one line", "outcome": ActionOutcome | null}
-
-``rerun`` (after a one-click fix under a diagnosis: run that notebook cell again)::
-
-    {"protocol": ..., "version": 1, "type": "rerun", "cell_id": "..."}
-
-Frontend -> kernel requests
----------------------------
-``{"type": "refresh", "request_id": str}``
-``{"type": "move", "request_id": str, "device": str, "names": [str, ...] | null}``
-``{"type": "undo", "request_id": str}``
-
-Every request is checked by :func:`parse_request` before anything runs; a request that does
-not match raises :class:`ProtocolError` and the kernel answers with an error reply.
+Every request is checked against the table before anything runs: a message that does not
+match raises :class:`ProtocolError` (the kernel answers with an error reply, nothing runs).
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import dataclass
 from typing import Any
 
-from .records import Record
+from .viewmodel import MAX_LIMIT, SORTS, WindowSpec
 
 PROTOCOL_NAME = "torchdevice_magic"
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 COMM_TARGET = "torchdevice_magic"
-
-#: Snapshot rows are capped so a namespace with 100,000 names still sends a small message;
-#: the sidebar says how many were left out (``total_rows``).
-DEFAULT_ROW_LIMIT = 5000
-
-REQUEST_TYPES = ("refresh", "move", "undo")
 _MAX_NAMES_PER_REQUEST = 100_000
 _MAX_STRING = 1000
 
+# -- the schema ---------------------------------------------------------------------------------
+# Field types: "str" "int" "float" "bool" "any", a struct name, "list[T]", "T?" (or null),
+# "enum[a|b|c]".
+
+STRUCTS: dict[str, dict[str, str]] = {
+    "Action": {"enabled": "bool", "label": "str", "reason": "str"},
+    "Row": {
+        "key": "str",
+        "name": "str",
+        "root": "str",
+        "kind": "str",
+        "type": "str",
+        "device": "str",
+        "dtype": "str",
+        "shape": "str",
+        "size": "str",
+        "size_bytes": "int",
+        "grad": "str",
+        "grad_bytes": "int",
+        "status": "str",
+        "selectable": "bool",
+        "action": "Action",
+    },
+    "DeviceBar": {"device": "str", "bytes": "int", "text": "str", "fraction": "float"},
+    "Target": {"device": "str", "enabled": "bool", "reason": "str"},
+    "Buttons": {
+        "move_all": "Action",
+        "move_selected": "Action",
+        "undo": "Action",
+        "refresh": "Action",
+    },
+    "Header": {
+        "torch_imported": "bool",
+        "message": "str",
+        "bars": "list[DeviceBar]",
+        "totals_note": "str",
+        "warnings": "list[str]",
+        "targets": "list[Target]",
+        "target": "str?",
+        "buttons": "Buttons",
+    },
+    "WindowSpec": {
+        "sort": "enum[" + "|".join(SORTS) + "]",
+        "reverse": "bool",
+        "filter": "str",
+        "offset": "int",
+        "limit": "int",
+        "target": "str?",
+    },
+    "Window": {"spec": "WindowSpec", "rows": "list[Row]", "matching": "int", "total": "int"},
+    "WindowDelta": {
+        "upsert": "list[Row]",
+        "remove": "list[str]",
+        "order": "list[str]?",
+        "matching": "int",
+        "total": "int",
+    },
+    "Skip": {"name": "str", "reason": "str"},
+    # memory per cell and device (torchdevice_magic.memory): the sidebar's small chart
+    "TimelineRow": {
+        "cell": "int",
+        "device": "str",
+        "bytes": "int",
+        "delta": "int",
+        "peak": "int?",
+        "changes": "list[any]",  # [name, bytes] pairs: check_timeline checks them
+        "note": "str",
+    },
+    "Outcome": {
+        "action": "str",
+        "ok": "bool",
+        "message": "str",
+        "skipped": "list[Skip]",
+        "time": "float",
+    },
+}
+
+#: Every message type: who sends it and its fields (besides protocol/version/type, and seq on
+#: kernel messages). One table, so new message types are one row each.
+MESSAGES: dict[str, dict[str, Any]] = {
+    # kernel -> sidebar
+    "view": {
+        "from": "kernel",
+        "fields": {
+            "header": "Header",
+            "window": "Window",
+            "last_action": "Outcome?",
+            "live": "bool",
+        },
+    },
+    "delta": {
+        "from": "kernel",
+        "fields": {"base": "int", "header": "Header?", "window": "WindowDelta"},
+    },
+    "reply": {
+        "from": "kernel",
+        "fields": {"request_id": "str", "ok": "bool", "message": "str", "outcome": "Outcome?"},
+    },
+    "unloaded": {"from": "kernel", "fields": {"message": "str"}},
+    # memory per cell and device, oldest first, at most TIMELINE_ROWS (memory)
+    "timeline": {"from": "kernel", "fields": {"rows": "list[TimelineRow]"}},
+    # after a one-click fix under a diagnosis: the notebook runs that cell again (diagnose)
+    "rerun": {"from": "kernel", "fields": {"cell_id": "str"}},
+    # sidebar -> kernel
+    "window": {"from": "frontend", "fields": {"request_id": "str", "spec": "WindowSpec"}},
+    "refresh": {"from": "frontend", "fields": {"request_id": "str"}},
+    "move": {
+        "from": "frontend",
+        "fields": {"request_id": "str", "device": "str", "names": "list[str]?"},
+    },
+    "undo": {"from": "frontend", "fields": {"request_id": "str"}},
+}
+
+
+def request_types() -> tuple[str, ...]:
+    """The request types (read from the table each time: other parts add rows)."""
+    return tuple(name for name, m in MESSAGES.items() if m["from"] == "frontend")
+
+
+REQUEST_TYPES = request_types()
+
 
 class ProtocolError(ValueError):
-    """A message from a frontend that does not match the schema."""
+    """A message that does not match the schema."""
+
+
+def check(value: Any, spec: str, where: str = "message") -> None:
+    """Raise :class:`ProtocolError` unless ``value`` matches the type ``spec``."""
+    if spec.endswith("?"):
+        if value is None:
+            return
+        spec = spec[:-1]
+    if spec == "any":
+        return
+    if spec == "str":
+        if not isinstance(value, str):
+            raise ProtocolError(f"'{where}' must be a string, got {type(value).__name__}")
+        return
+    if spec == "bool":
+        if not isinstance(value, bool):
+            raise ProtocolError(f"'{where}' must be true or false")
+        return
+    if spec == "int":
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ProtocolError(f"'{where}' must be an integer")
+        return
+    if spec == "float":
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise ProtocolError(f"'{where}' must be a number")
+        return
+    if spec.startswith("enum["):
+        options = spec[5:-1].split("|")
+        if value not in options:
+            raise ProtocolError(f"'{where}' must be one of {', '.join(options)}")
+        return
+    if spec.startswith("list["):
+        if not isinstance(value, list):
+            raise ProtocolError(f"'{where}' must be a list")
+        inner = spec[5:-1]
+        for index, item in enumerate(value):
+            check(item, inner, f"{where}[{index}]")
+        return
+    fields = STRUCTS.get(spec)
+    if fields is None:
+        raise AssertionError(f"unknown type {spec!r} in the schema")
+    check_fields(value, fields, where)
+
+
+def check_fields(
+    value: Any, fields: dict[str, str], where: str, extra: frozenset[str] = frozenset()
+) -> None:
+    if not isinstance(value, dict):
+        raise ProtocolError(f"'{where}' must be an object, got {type(value).__name__}")
+    unexpected = set(value) - set(fields) - extra
+    if unexpected:
+        raise ProtocolError(
+            f"unexpected field(s) in '{where}': {', '.join(sorted(map(str, unexpected)))}"
+        )
+    for name, spec in fields.items():
+        if name not in value:
+            if spec.endswith("?"):
+                continue
+            raise ProtocolError(f"'{where}' lacks '{name}'")
+        check(value[name], spec, f"{where}.{name}" if where != "message" else name)
+
+
+_ENVELOPE = frozenset({"protocol", "version", "type"})
+
+
+def check_message(message: Any) -> None:
+    """Check any message (either direction) against :data:`MESSAGES`."""
+    if not isinstance(message, dict):
+        raise ProtocolError(f"a message must be a JSON object, got {type(message).__name__}")
+    kind = message.get("type")
+    entry = MESSAGES.get(kind) if isinstance(kind, str) else None
+    if entry is None:
+        raise ProtocolError(f"unknown message type {kind!r}")
+    version = message.get("version", PROTOCOL_VERSION)
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(
+            f"protocol version {version!r} is not supported (kernel speaks {PROTOCOL_VERSION})"
+        )
+    extra = _ENVELOPE | ({"seq"} if entry["from"] == "kernel" else frozenset())
+    check_fields(message, entry["fields"], "message", frozenset(extra))
+
+
+# -- requests ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -77,53 +254,66 @@ class Request:
     request_id: str
     device: str | None = None
     names: tuple[str, ...] | None = None
+    spec: WindowSpec | None = None
+    #: the checked fields of a request type added by another part (see comm.add_handler)
+    fields: dict[str, Any] | None = None
 
 
-def _check_string(value: Any, field: str) -> str:
-    if not isinstance(value, str):
-        raise ProtocolError(f"'{field}' must be a string, got {type(value).__name__}")
-    if len(value) > _MAX_STRING:
+def _short(value: Any, field: str) -> None:
+    if isinstance(value, str) and len(value) > _MAX_STRING:
         raise ProtocolError(f"'{field}' is longer than {_MAX_STRING} characters")
-    return value
 
 
 def parse_request(message: Any) -> Request:
-    """Validate a frontend request; raise :class:`ProtocolError` with a one-line reason."""
+    """Validate a sidebar request; raise :class:`ProtocolError` with a one-line reason."""
     if not isinstance(message, dict):
         raise ProtocolError(f"a request must be a JSON object, got {type(message).__name__}")
     kind = message.get("type")
-    if kind not in REQUEST_TYPES:
-        raise ProtocolError(
-            f"unknown request type {kind!r}; expected one of {', '.join(REQUEST_TYPES)}"
+    types = request_types()
+    if kind not in types:
+        raise ProtocolError(f"unknown request type {kind!r}; expected one of {', '.join(types)}")
+    message = dict(message)
+    message.setdefault("request_id", "")
+    check_message(message)
+    request_id = message["request_id"]
+    _short(request_id, "request_id")
+    if kind == "window":
+        raw = message["spec"]
+        for name in ("filter", "target"):
+            _short(raw.get(name), name)
+        if raw["offset"] < 0:
+            raise ProtocolError("'offset' must not be negative")
+        if not 1 <= raw["limit"] <= MAX_LIMIT:
+            raise ProtocolError(f"'limit' must be between 1 and {MAX_LIMIT}")
+        spec = WindowSpec(
+            sort=raw["sort"],
+            reverse=raw["reverse"],
+            filter=raw["filter"],
+            offset=raw["offset"],
+            limit=raw["limit"],
+            target=raw.get("target"),
         )
-    version = message.get("version", PROTOCOL_VERSION)
-    if version != PROTOCOL_VERSION:
-        raise ProtocolError(
-            f"protocol version {version!r} is not supported (kernel speaks {PROTOCOL_VERSION})"
-        )
-    request_id = _check_string(message.get("request_id", ""), "request_id")
-    allowed = {"type", "request_id", "version", "protocol"}
-    if kind == "move":
-        allowed |= {"device", "names"}
-    extra = set(message) - allowed
-    if extra:
-        raise ProtocolError(
-            f"unexpected field(s) for '{kind}': {', '.join(sorted(map(str, extra)))}"
-        )
-    if kind != "move":
+        return Request(type=kind, request_id=request_id, spec=spec)
+    if kind in ("refresh", "undo"):
         return Request(type=kind, request_id=request_id)
-
-    device = _check_string(message.get("device"), "device")
+    if kind != "move":  # a request type another part added to MESSAGES: checked above
+        extra = {k: v for k, v in message.items() if k in MESSAGES[kind]["fields"]}
+        return Request(type=kind, request_id=request_id, fields=extra)
+    device = message["device"]
+    _short(device, "device")
     if not device.strip():
         raise ProtocolError("'device' must not be empty")
     names = message.get("names")
     if names is not None:
-        if not isinstance(names, list):
-            raise ProtocolError("'names' must be a list of strings or null")
         if len(names) > _MAX_NAMES_PER_REQUEST:
             raise ProtocolError(f"'names' has more than {_MAX_NAMES_PER_REQUEST} entries")
-        names = tuple(_check_string(n, "names[]") for n in names)
+        for name in names:
+            _short(name, "names[]")
+        names = tuple(names)
     return Request(type="move", request_id=request_id, device=device, names=names)
+
+
+# -- kernel messages ------------------------------------------------------------------------------
 
 
 def envelope(kind: str, **fields: Any) -> dict[str, Any]:
@@ -137,26 +327,16 @@ def reply(
 
 
 def rerun(cell_id: str) -> dict[str, Any]:
-    """Ask the frontend to run the notebook cell ``cell_id`` (IPython's ExecutionInfo.cell_id)."""
-    return envelope("rerun", cell_id=_check_string(cell_id, "cell_id"))
-
-
-def target(device: str, enabled: bool, reason: str = "") -> dict[str, Any]:
-    """One entry of the target-device selector; ``reason`` says why it is disabled."""
-    return {"device": device, "enabled": enabled, "reason": reason}
+    """Ask the frontend to run the notebook cell ``cell_id`` (IPython's ExecutionInfo.cell_id);
+    ``SidebarChannel.send_rerun`` numbers it in each comm's sequence."""
+    check(cell_id, "str", "cell_id")
+    _short(cell_id, "cell_id")
+    return envelope("rerun", cell_id=cell_id)
 
 
 #: Most timeline rows sent at once (the chart shows the recent cells).
 TIMELINE_ROWS = 200
-_TIMELINE_ROW_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "cell": int,
-    "device": str,
-    "bytes": int,
-    "delta": int,
-    "peak": (int, type(None)),
-    "changes": list,
-    "note": str,
-}
+_TIMELINE_ROW_FIELDS = tuple(STRUCTS["TimelineRow"])
 
 
 def timeline(rows: list[dict[str, Any]], *, seq: int = 0) -> dict[str, Any]:
@@ -172,122 +352,123 @@ def timeline(rows: list[dict[str, Any]], *, seq: int = 0) -> dict[str, Any]:
 
 
 def check_timeline(message: Any) -> None:
-    """Assert the shape of a ``timeline`` message."""
+    """Assert the shape of a ``timeline`` message (the schema, and the [name, bytes] pairs)."""
     if not isinstance(message, dict) or message.get("type") != "timeline":
         raise ProtocolError("not a timeline message")
-    if message.get("version") != PROTOCOL_VERSION or not isinstance(message.get("seq"), int):
-        raise ProtocolError("timeline: wrong version or seq")
-    rows = message.get("rows")
-    if not isinstance(rows, list) or len(rows) > TIMELINE_ROWS:
+    check_message(message)
+    if len(message["rows"]) > TIMELINE_ROWS:
         raise ProtocolError(f"timeline: 'rows' must be a list of at most {TIMELINE_ROWS}")
-    for row in rows:
-        if not isinstance(row, dict) or set(row) != set(_TIMELINE_ROW_FIELDS):
-            raise ProtocolError("timeline rows have exactly " + ", ".join(_TIMELINE_ROW_FIELDS))
-        for key, kind in _TIMELINE_ROW_FIELDS.items():
-            value = row[key]
-            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise ProtocolError(f"timeline row: field '{key}' mistyped")
+    for row in message["rows"]:
         for change in row["changes"]:
             if (
                 not isinstance(change, list)
                 or len(change) != 2
                 or not isinstance(change[0], str)
                 or not isinstance(change[1], int)
+                or isinstance(change[1], bool)
             ):
                 raise ProtocolError("timeline row: 'changes' are [name, bytes] pairs")
 
 
-def check_snapshot(snapshot: Any) -> None:
-    """Assert the shape of a snapshot (used by the tests and the fixture generator)."""
-    if not isinstance(snapshot, dict):
-        raise ProtocolError("snapshot must be an object")
-    required = {
-        "protocol": str,
-        "version": int,
-        "type": str,
-        "seq": int,
-        "torch_imported": bool,
-        "devices": list,
-        "targets": list,
-        "default_target": (str, type(None)),
-        "warnings": list,
-        "rows": list,
-        "total_rows": int,
-        "can_undo": bool,
+def outcome(
+    action: str, ok: bool, message: str, skipped: Any = (), time: float = 0.0
+) -> dict[str, Any]:
+    """An action's outcome; skip reasons in words (never internal codes)."""
+    from .viewmodel import in_words
+
+    return {
+        "action": action,
+        "ok": ok,
+        "message": message,
+        "skipped": [{"name": str(n), "reason": in_words(str(r))} for n, r in skipped],
+        "time": float(time),
     }
-    for key, kind in required.items():
-        if key not in snapshot:
-            raise ProtocolError(f"snapshot lacks '{key}'")
-        if not isinstance(snapshot[key], kind):
-            raise ProtocolError(f"snapshot '{key}' has the wrong type")
-    if snapshot["type"] != "snapshot" or snapshot["version"] != PROTOCOL_VERSION:
-        raise ProtocolError("not a snapshot of this protocol version")
-    row_fields = {
-        "name": str,
-        "root": str,
-        "kind": str,
-        "type": str,
-        "device": str,
-        "devices": list,
-        "dtype": (str, type(None)),
-        "shape": (list, type(None)),
-        "numel": int,
-        "bytes": int,
-        "would_need_bytes": int,
-        "grad_bytes": int,
-        "requires_grad": bool,
-        "shares_with": list,
-        "hidden": bool,
-        "mixed": bool,
-        "note": str,
-        "movable": bool,
-    }
-    for row in snapshot["rows"]:
-        for key, kind in row_fields.items():
-            if key not in row or not isinstance(row[key], kind):
-                raise ProtocolError(f"row {row.get('name')!r}: field '{key}' missing or mistyped")
-    device_fields = {
-        "device": str,
-        "bytes": int,
-        "would_need_bytes": int,
-        "allocated": (int, type(None)),
-        "reserved": (int, type(None)),
-        "capacity": (int, type(None)),
-    }
-    for total in snapshot["devices"]:
-        for key, kind in device_fields.items():
-            if key not in total or not isinstance(total[key], kind):
-                raise ProtocolError(f"device total: field '{key}' missing or mistyped")
-    for entry in snapshot["targets"]:
-        if set(entry) != {"device", "enabled", "reason"}:
-            raise ProtocolError("target entries have exactly device, enabled, reason")
 
 
 def snapshot(
     inventory: Any,
     *,
-    seq: int = 0,
-    targets: list[dict[str, Any]] | None = None,
+    targets: Any = (),
     default_target: str | None = None,
-    can_undo: bool = False,
-    last_action: dict[str, Any] | None = None,
-    row_limit: int = DEFAULT_ROW_LIMIT,
+    spec: WindowSpec | None = None,
+    seq: int = 1,
+    **_ignored: Any,
 ) -> dict[str, Any]:
-    """The snapshot message for an Inventory (rows biggest first, capped at ``row_limit``)."""
-    records = inventory.records
-    ordered = sorted(records, key=Record.size_order)
+    """A whole ``view`` message for an Inventory (``Inventory.to_json``, fixtures, tests)."""
+    from .viewmodel import Target, header, window
+
+    targets = [t if isinstance(t, Target) else Target(**t) for t in targets]
+    top = header(inventory, targets, default_target=default_target)
+    records = inventory.records if inventory.torch_imported else []
+    shown = window(records, spec or WindowSpec(), top.target)
     return envelope(
-        "snapshot",
-        seq=seq,
-        torch_imported=bool(inventory.torch_imported),
-        devices=[total.to_dict() for total in inventory.device_totals()]
-        if inventory.torch_imported
-        else [],
-        targets=targets or [],
-        default_target=default_target,
-        warnings=inventory.mixed_warnings() if inventory.torch_imported else [],
-        rows=[record.to_dict() for record in ordered[:row_limit]],
-        total_rows=len(records),
-        can_undo=can_undo,
-        last_action=last_action,
+        "view", seq=seq, header=top.to_wire(), window=shown.to_wire(), last_action=None, live=True
     )
+
+
+# -- the TypeScript side ----------------------------------------------------------------------------
+
+
+def _ts_type(spec: str) -> str:
+    if spec.endswith("?"):
+        return _ts_type(spec[:-1]) + " | null"
+    if spec.startswith("list["):
+        inner = _ts_type(spec[5:-1])
+        return f"{inner}[]" if "|" not in inner else f"({inner})[]"
+    if spec.startswith("enum["):
+        return " | ".join(f"'{o}'" for o in spec[5:-1].split("|"))
+    return {"str": "string", "int": "number", "float": "number", "bool": "boolean"}.get(
+        spec, "unknown" if spec == "any" else "I" + spec
+    )
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def typescript() -> str:
+    """``labextension/src/protocol.ts``: the types and the schema, generated from this module."""
+    out = [
+        "// GENERATED by `python -m torchdevice_magic.protocol` from torchdevice_magic/protocol.py.",
+        "// Do not edit: change the tables there and regenerate (tests/test_protocol.py checks).",
+        "",
+        f"export const PROTOCOL_NAME = '{PROTOCOL_NAME}';",
+        f"export const PROTOCOL_VERSION = {PROTOCOL_VERSION};",
+        f"export const COMM_TARGET = '{COMM_TARGET}';",
+        "",
+    ]
+    for name, fields in STRUCTS.items():
+        out.append(f"export interface I{name} {{")
+        out += [f"  {field}: {_ts_type(spec)};" for field, spec in fields.items()]
+        out += ["}", ""]
+    out += [
+        "export interface IEnvelope {",
+        "  protocol: string;",
+        "  version: number;",
+        "  type: string;",
+        "}",
+        "",
+    ]
+    kernel: list[str] = []
+    frontend: list[str] = []
+    for kind, entry in MESSAGES.items():
+        iname = f"I{_camel(kind)}Message"
+        (kernel if entry["from"] == "kernel" else frontend).append(iname)
+        out.append(f"export interface {iname} extends IEnvelope {{")
+        out.append(f"  type: '{kind}';")
+        if entry["from"] == "kernel":
+            out.append("  seq: number;")
+        out += [f"  {field}: {_ts_type(spec)};" for field, spec in entry["fields"].items()]
+        out += ["}", ""]
+    out.append(f"export type FromKernel = {' | '.join(kernel)};")
+    out.append(f"export type ToKernel = {' | '.join(frontend)};")
+    out.append("")
+    schema = {"structs": STRUCTS, "messages": MESSAGES}
+    out.append("/** The schema itself, for the runtime checks in validate.ts. */")
+    out.append(f"export const SCHEMA = {json.dumps(schema, indent=2)} as const;")
+    out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # pragma: no cover - the generator's entry point
+    sys.stdout.write(typescript())

@@ -1,122 +1,140 @@
-"""Text and HTML renderings of an Inventory. Data stays in ``inventory``; formatting lives here.
+"""Text and HTML drawings of the view model (:mod:`.viewmodel`): nothing is decided here.
 
-Everything user-derived (names, type names, notes) is HTML-escaped in the HTML rendering.
+:class:`Table` is a table *of its moment*: it is computed when it is made (the cell that shows
+it) and never changes, so a saved or re-run notebook tells what each cell saw ("as of [n]").
+Everything user-derived (names, type names, notes) is HTML-escaped.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from html import escape
+from typing import Any
 
-from .records import Record
-from .units import format_bytes
-
-if TYPE_CHECKING:
-    from .scanner import Inventory
+from . import viewmodel
+from .viewmodel import COLUMNS, Header, Row, Window
 
 #: Renderings list at most this many rows (biggest first); the rest is summarised in one line.
 MAX_RENDERED_ROWS = 200
 
-COLUMNS = ("name", "type", "device", "dtype", "shape", "size", "note")
+#: Columns that are never cut (the rest may be, with the full text in the tooltip).
+_WHOLE = ("name", "size", "grad")
 
 
-def _shape(record: Record) -> str:
-    if record.shape is not None:
-        return "(" + ", ".join(map(str, record.shape)) + ")"
-    if record.kind == "module":
-        return f"{record.param_count:,} params"
-    if record.kind == "container":
-        return f"{record.element_count:,} items"
-    if record.kind == "optimizer":
-        return f"{record.numel:,} states"
-    return ""
+def as_of_text(as_of: int | None, live: bool = False) -> str:
+    if live:
+        return "live"
+    return f"as of [{as_of}]" if as_of is not None else ""
 
 
-def _size(record: Record) -> str:
-    if record.devices == ("meta",) or (record.bytes == 0 and record.would_need_bytes):
-        return f"0 B (needs {format_bytes(record.would_need_bytes)})"
-    text = format_bytes(record.bytes)
-    if record.would_need_bytes > record.bytes:  # some parts on meta: say what they would need
-        text += f" (+{format_bytes(record.would_need_bytes - record.bytes)} on meta)"
-    if record.grad_bytes:
-        text += f" + grad {format_bytes(record.grad_bytes)}"
-    return text
+class Table:
+    """A static table of an Inventory: header + first window, computed now."""
+
+    def __init__(
+        self,
+        inventory: Any,
+        targets: Any = (),
+        *,
+        default_target: str | None = None,
+        as_of: int | None = None,
+        title: str = "Devices",
+        limit: int = MAX_RENDERED_ROWS,
+    ) -> None:
+        self.header: Header = viewmodel.header(inventory, targets, default_target=default_target)
+        records = inventory.records if inventory.torch_imported else []
+        spec = viewmodel.WindowSpec(limit=limit)
+        self.window: Window = viewmodel.window(records, spec, self.header.target)
+        self.as_of = as_of
+        self.title = title
+
+    def __repr__(self) -> str:
+        return text(self.header, self.window, self.as_of, self.title)
+
+    def _repr_html_(self) -> str:
+        return html(self.header, self.window, self.as_of, self.title)
 
 
-def row_cells(record: Record) -> tuple[str, ...]:
-    return (
-        record.name + (" (hidden)" if record.hidden else ""),
-        record.type,
-        record.device,
-        record.dtype or "",
-        _shape(record),
-        _size(record),
-        record.note,
-    )
-
-
-def ordered_records(inventory: Inventory, limit: int = MAX_RENDERED_ROWS) -> list[Record]:
-    records = sorted(inventory.records, key=Record.size_order)
-    return records[:limit]
-
-
-def totals_line(inventory: Inventory) -> str:
-    parts = []
-    needed = inventory.would_need()
-    for device, nbytes in inventory.totals().items():
-        if device == "meta":
-            parts.append(f"meta: 0 B (needs {format_bytes(needed.get('meta', 0))})")
-        else:
-            parts.append(f"{device}: {format_bytes(nbytes)}")
+def totals_line(header: Header) -> str:
+    parts = [f"{bar.device}: {bar.text}" for bar in header.bars]
     return "  ".join(parts) if parts else "nothing on any device"
 
 
-def inventory_text(inventory: Inventory) -> str:
-    if not inventory.torch_imported:
-        return "torch is not imported: no tensors to show"
-    records = inventory.records
-    if not records:
-        return "No tensors, modules or optimizers in this namespace."
-    shown = ordered_records(inventory)
-    rows = [COLUMNS] + [row_cells(r) for r in shown]
-    # the last column (note) is never padded or cut
-    widths = [min(40, max(len(row[i]) for row in rows)) for i in range(len(COLUMNS) - 1)]
-    lines = [f"Devices — {totals_line(inventory)}"]
-    lines += [f"warning: {w}" for w in inventory.mixed_warnings()]
+def text(header: Header, window: Window, as_of: int | None = None, title: str = "Devices") -> str:
+    if header.message:
+        return header.message
+    rows = [COLUMNS + ("status",)] + [row.cells() + (row.status,) for row in window.rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    # only the descriptive columns are capped; names and sizes are never cut
+    for i, column in enumerate(COLUMNS):
+        if column not in _WHOLE:
+            widths[i] = min(widths[i], 24)
+    stamp = as_of_text(as_of)
+    lines = [f"{title}{' (' + stamp + ')' if stamp else ''} — {totals_line(header)}"]
+    if header.totals_note:
+        lines.append(header.totals_note)
+    lines += [f"warning: {w}" for w in header.warnings]
     for row in rows:
-        cells = [cell[:40].ljust(widths[i]) for i, cell in enumerate(row[:-1])]
+        cells = []
+        for i, cell in enumerate(row[:-1]):
+            if COLUMNS[i] not in _WHOLE and len(cell) > widths[i]:
+                cell = cell[: widths[i] - 1] + "…"
+            cells.append(cell.ljust(widths[i]))
         lines.append(("  ".join(cells) + "  " + row[-1]).rstrip())
-    if len(records) > len(shown):
-        lines.append(
-            f"… {len(records) - len(shown):,} more rows (Inventory.to_frame() has them all)"
-        )
+    if window.matching > len(window.rows):
+        lines.append(f"… {window.matching - len(window.rows):,} more rows")
     return "\n".join(lines)
 
 
-def inventory_html(inventory: Inventory) -> str:
-    from html import escape
+_TABLE_CSS = (
+    "border-collapse:collapse;font-size:12px;font-family:var(--jp-code-font-family,monospace)"
+)
 
-    if not inventory.torch_imported:
-        return "<p>torch is not imported: no tensors to show</p>"
-    records = inventory.records
-    if not records:
-        return "<p>No tensors, modules or optimizers in this namespace.</p>"
-    shown = ordered_records(inventory)
-    parts = [
-        '<div class="torchdevice-magic">',
-        f"<p><b>Devices</b> — {escape(totals_line(inventory))}</p>",
-    ]
-    for warning in inventory.mixed_warnings():
-        parts.append(f'<p style="color:#b45309">⚠ {escape(warning)}</p>')
-    parts.append("<table><thead><tr>")
-    parts += [f'<th scope="col" style="text-align:left">{c}</th>' for c in COLUMNS]
-    parts.append("</tr></thead><tbody>")
-    for record in shown:
-        cells = "".join(
-            f'<td style="text-align:left">{escape(cell)}</td>' for cell in row_cells(record)
+
+def _cell(column: str, value: str, tag: str = "td") -> str:
+    if column in _WHOLE:
+        style = "text-align:left;white-space:nowrap;padding:2px 8px 2px 0"
+        if column == "name":
+            # the name stays in sight when the table scrolls sideways
+            style += ";position:sticky;left:0;background:var(--jp-layout-color0,#fff)"
+    else:
+        style = (
+            "text-align:left;white-space:nowrap;overflow:hidden;text-overflow:ellipsis;"
+            "max-width:22ch;padding:2px 8px 2px 0"
         )
-        parts.append(f"<tr>{cells}</tr>")
+    return f'<{tag} style="{style}" title="{escape(value)}">{escape(value)}</{tag}>'
+
+
+def row_html(row: Row) -> str:
+    cells = "".join(_cell(c, v) for c, v in zip(COLUMNS, row.cells(), strict=True))
+    return f"<tr>{cells}{_cell('status', row.status)}</tr>"
+
+
+def html(header: Header, window: Window, as_of: int | None = None, title: str = "Devices") -> str:
+    if header.message:
+        return f"<p>{escape(header.message)}</p>"
+    stamp = as_of_text(as_of)
+    parts = [
+        '<div class="torchdevice-magic" style="max-width:100%;overflow-x:auto">',
+        f"<p><b>{escape(title)}</b>{' <i>' + escape(stamp) + '</i>' if stamp else ''}"
+        f" — {escape(totals_line(header))}</p>",
+    ]
+    if header.totals_note:
+        parts.append(f'<p style="color:#6b7280;font-size:12px">{escape(header.totals_note)}</p>')
+    for warning in header.warnings:
+        parts.append(f'<p style="color:#b45309">⚠ {escape(warning)}</p>')
+    parts.append(f'<table style="{_TABLE_CSS}"><thead><tr>')
+    parts += [_cell(c, c, "th") for c in (*COLUMNS, "status")]
+    parts.append("</tr></thead><tbody>")
+    parts += [row_html(row) for row in window.rows]
     parts.append("</tbody></table>")
-    if len(records) > len(shown):
-        parts.append(f"<p>… {len(records) - len(shown):,} more rows</p>")
+    if window.matching > len(window.rows):
+        parts.append(f"<p>… {window.matching - len(window.rows):,} more rows</p>")
     parts.append("</div>")
     return "".join(parts)
+
+
+def inventory_text(inventory: Any) -> str:
+    return repr(Table(inventory))
+
+
+def inventory_html(inventory: Any) -> str:
+    return Table(inventory)._repr_html_()

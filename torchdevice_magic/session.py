@@ -3,7 +3,7 @@
 One :class:`DeviceSession` per IPython shell owns everything the extension adds (like
 autoreload's single object owning its hooks), so ``%unload_ext`` can take all of it away again.
 The widget, the sidebar comm and the magics are thin views over it; the work is in the pure core
-(:mod:`.objects` -> :mod:`.scanner`, :mod:`.moves`, :mod:`.diagnose`).
+(:mod:`.inventory`, :mod:`.moving`, :mod:`.diagnose`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from traitlets import Bool, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
-from . import protocol
+from . import protocol, viewmodel
 from .memory import Timeline, device_figures, reset_peaks
 from .scanner import Inventory, Scanner, orphan_warning
 
@@ -68,7 +68,7 @@ class TorchDeviceMagic(Configurable):
         False, help="Also list tensors kept alive only by the output history (Out, _)."
     ).tag(config=True)
     row_limit = Int(
-        protocol.DEFAULT_ROW_LIMIT, help="Most rows sent to the sidebar in one snapshot."
+        200, help="Rows a table shows per page (the sidebar asks for its own windows)."
     ).tag(config=True)
     show_full_traceback = Bool(
         False,
@@ -96,6 +96,10 @@ class DeviceSession:
         self.undo_stack: list[Any] = []
         self.last_action: dict[str, Any] | None = None
         self.seq = 0
+        #: counts moves, undos and refreshes: a view that saw fewer must redraw its header
+        self.actions = 0
+        #: False after a move to meta (which cannot be undone and cleared the history)
+        self.last_undoable = True
         self._views: weakref.WeakSet[Any] = weakref.WeakSet()
         self._listeners: list[Callable[[DeviceSession], None]] = []
         self._warned: set[tuple] = set()
@@ -130,16 +134,50 @@ class DeviceSession:
         self.inventory = self.scanner.scan(self.namespace, include_hidden=hidden, full=True)
         return self.inventory
 
+    def cell_number(self) -> int | None:
+        """The ``[n]`` of the cell running now (IPython counts the cell before running it)."""
+        count = getattr(self.shell, "execution_count", None)
+        return count - 1 if isinstance(count, int) and count > 1 else None
+
+    def current_inventory(self) -> Inventory:
+        if self.inventory is None or (not self.inventory.torch_imported and "torch" in sys.modules):
+            return self.rescan()
+        return self.inventory
+
     # -- targets ---------------------------------------------------------------------------
-    def targets(self) -> list[dict[str, Any]]:
+    def targets(self) -> list[viewmodel.Target]:
         if "torch" not in sys.modules:
             return []
         from .moves import available_devices
 
         return [
-            protocol.target(device, enabled, reason)
+            viewmodel.Target(device, enabled, reason)
             for device, enabled, reason in available_devices(self.config.allow_meta_target)
         ]
+
+    def choose_target(self, wanted: str | None = None) -> str | None:
+        """The target a view shows: ``wanted`` while it is enabled, else the default."""
+        return viewmodel.choose_target(self.targets(), wanted, self.default_target())
+
+    def header(
+        self,
+        target: str | None = None,
+        *,
+        inventory: Inventory | None = None,
+        counts: viewmodel.Tally | None = None,
+        busy: bool = False,
+    ) -> viewmodel.Header:
+        """The view model's header for this session (totals, targets, buttons and reasons)."""
+        return viewmodel.header(
+            inventory if inventory is not None else self.current_inventory(),
+            self.targets(),
+            target=target,
+            default_target=self.default_target(),
+            undo_summary=self.undo_stack[-1].summary() if self.undo_stack else None,
+            last_undoable=self.last_undoable,
+            busy=busy,
+            counts=counts,
+        )
 
     def default_target(self) -> str | None:
         if "torch" not in sys.modules:
@@ -180,11 +218,13 @@ class DeviceSession:
         if result.ok and result.moved:
             if result.can_undo:
                 self.undo_stack.append(result)
+                self.last_undoable = True
             else:
                 # nothing moved to meta can come back, so no earlier move can be undone either
                 self.undo_stack.clear()
+                self.last_undoable = False
                 summary += " (cannot be undone: meta keeps no data)"
-        self.last_action = _outcome("move", result.ok, summary)
+        self.last_action = _outcome("move", result.ok, summary, result.skipped)
         self.after_action()
         return result
 
@@ -196,12 +236,13 @@ class DeviceSession:
         result = self.undo_stack[-1].undo(progress=progress)
         if result.ok:
             self.undo_stack.pop()
-        self.last_action = _outcome("undo", result.ok, result.summary())
+        self.last_action = _outcome("undo", result.ok, result.summary(), result.skipped)
         self.after_action()
         return result
 
     def after_action(self) -> None:
         # a move rebinds names and moves modules in place: look at everything again
+        self.actions += 1
         self.full_scan()
         self.refresh_views()
 
@@ -228,18 +269,6 @@ class DeviceSession:
             _quietly(view.refresh, self)
         for listener in list(self._listeners):
             _quietly(listener, self)
-
-    def snapshot(self) -> dict[str, Any]:
-        inventory = self.inventory if self.inventory is not None else self.rescan()
-        return protocol.snapshot(
-            inventory,
-            seq=self.seq,
-            targets=self.targets(),
-            default_target=self.default_target(),
-            can_undo=bool(self.undo_stack),
-            last_action=self.last_action,
-            row_limit=self.config.row_limit,
-        )
 
     # -- the hooks ----------------------------------------------------------------------------
     def pre_run_cell(self, info: Any = None) -> None:
@@ -506,8 +535,10 @@ class DeviceSession:
             self.refresh_views()
 
 
-def _outcome(action: str, ok: bool, message: str) -> dict[str, Any]:
-    return {"action": action, "ok": ok, "message": message, "time": time.time()}
+def _outcome(action: str, ok: bool, message: str, skipped: Any = ()) -> dict[str, Any]:
+    # "already on cpu" is what a move-all says of everything in place: not worth a line
+    reasons = [(name, why) for name, why in skipped if not str(why).startswith("already on")]
+    return protocol.outcome(action, ok, message, reasons, time.time())
 
 
 def _quietly(function: Callable[..., Any], *args: Any) -> None:

@@ -5,11 +5,15 @@
  * - on every kernel the notebook gets, register the comm target (so a
  *   `%load_ext torchdevice_magic` run later can open a comm to us), check the
  *   kernel is Python, and -- once the notebook has been shown in the sidebar --
- *   open a comm ourselves with a `refresh` request (the "probe"). A kernel with
- *   the extension loaded answers with a snapshot; one without closes the comm
- *   at once (ipykernel has no such target), which means "not loaded".
- * - a kernel restart disposes every comm: we forget the snapshot and probe
- *   again when the kernel is idle; a kernel change starts over with the new one.
+ *   open a comm ourselves (the "probe"). A kernel with the extension loaded
+ *   answers with the first window (a `view`) without being asked; one without
+ *   closes the comm at once (ipykernel has no such target): "not loaded".
+ * - protocol v2: the sidebar asks for windows (sort, filter, page, target);
+ *   after a cell the kernel sends a `delta` of that window, applied to the
+ *   mirror (window.ts). A delta that does not follow the last message makes us
+ *   ask for the window again.
+ * - a kernel restart disposes every comm, `%unload_ext` sends `unloaded`: we
+ *   forget the window and the status line, and show one state.
  * - requests carry ids; the kernel's `reply` with that id ends the request and
  *   its message goes to the status line.
  */
@@ -19,20 +23,51 @@ import type { Kernel, KernelMessage } from '@jupyterlab/services';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { oneLine } from './format';
-import { isRerunMessage } from './rerun';
 import {
   COMM_TARGET,
-  IActionOutcome,
-  IReply,
-  ISnapshot,
-  isReply,
-  moveRequest,
-  refreshRequest,
-  Request,
-  snapshotProblem,
-  undoRequest
+  FromKernel,
+  IOutcome,
+  IReplyMessage,
+  IWindowSpec,
+  PROTOCOL_NAME,
+  PROTOCOL_VERSION,
+  ToKernel
 } from './protocol';
-import { isTimelineLike, ITimelineMessage, timelineProblem } from './timeline';
+import { ITimelineMessage, timelineProblem } from './timeline';
+import { messageProblem } from './validate';
+import { applyDelta, fromView, IMirror } from './window';
+
+type Request = ToKernel;
+
+function envelope<T extends Request['type']>(type: T, fields: Record<string, unknown>): Request {
+  return { protocol: PROTOCOL_NAME, version: PROTOCOL_VERSION, type, ...fields } as Request;
+}
+
+export function refreshRequest(requestId: string): Request {
+  return envelope('refresh', { request_id: requestId });
+}
+
+export function undoRequest(requestId: string): Request {
+  return envelope('undo', { request_id: requestId });
+}
+
+export function moveRequest(requestId: string, device: string, names: string[] | null): Request {
+  return envelope('move', { request_id: requestId, device, names });
+}
+
+export function windowRequest(requestId: string, spec: IWindowSpec): Request {
+  return envelope('window', { request_id: requestId, spec });
+}
+
+/** The window the kernel sends first: the 200 biggest rows. */
+export const DEFAULT_SPEC: IWindowSpec = {
+  sort: 'size',
+  reverse: false,
+  filter: '',
+  offset: 0,
+  limit: 200,
+  target: null
+};
 
 export type ConnectionState =
   /** The notebook has no kernel. */
@@ -88,6 +123,29 @@ export class DeviceConnection {
     this._attach(sessionContext.session?.kernel ?? null);
   }
 
+  /** How many whole views and deltas came on this connection (browser tests read them). */
+  readonly received = { view: 0, delta: 0 };
+
+  /**
+   * Every checked message from the kernel, whatever its type: parts that add a
+   * message type to protocol.py (a timeline, a rerun) listen here.
+   */
+  get messageReceived(): ISignal<this, FromKernel> {
+    return this._messageReceived;
+  }
+
+  /** Send a request of a type another part added to protocol.py; its reply ends it. */
+  send(type: string, fields: Record<string, unknown>): string | null {
+    const request = {
+      protocol: PROTOCOL_NAME,
+      version: PROTOCOL_VERSION,
+      type,
+      request_id: this._nextId(),
+      ...fields
+    } as unknown as Request;
+    return this._request(request, null);
+  }
+
   /** The kernel asks the notebook to run a cell again (the id of the cell). */
   get rerunRequested(): ISignal<this, string> {
     return this._rerunRequested;
@@ -107,9 +165,9 @@ export class DeviceConnection {
     return this._timeline;
   }
 
-  /** The last snapshot; kept while the kernel is busy. */
-  get snapshot(): ISnapshot | null {
-    return this._snapshot;
+  /** The window and header the kernel last sent (deltas applied); kept while busy. */
+  get view(): IMirror | null {
+    return this._view;
   }
 
   /** The kernel has been busy for a while (a cell is running). */
@@ -130,7 +188,7 @@ export class DeviceConnection {
   /** A move or undo was sent and its reply has not come yet. */
   get actionPending(): boolean {
     for (const request of this._pending.values()) {
-      if (request.type !== 'refresh') {
+      if (request.type === 'move' || request.type === 'undo') {
         return true;
       }
     }
@@ -160,6 +218,17 @@ export class DeviceConnection {
 
   refresh(): string | null {
     return this._request(refreshRequest(this._nextId()), null);
+  }
+
+  /** Ask the kernel for another window (sort, filter, page or target changed). */
+  requestWindow(spec: IWindowSpec): string | null {
+    this._spec = spec;
+    return this._request(windowRequest(this._nextId(), spec), null);
+  }
+
+  /** The window this sidebar wants (the kernel's first window until it asks for another). */
+  get spec(): IWindowSpec {
+    return this._spec;
   }
 
   /** Move the named objects, or everything movable when `names` is null. */
@@ -328,6 +397,7 @@ export class DeviceConnection {
         // JupyterLab disposes every comm on restart without calling onClose.
         this._dropComm(false);
         this._forgetSnapshot();
+        this._status = null; // no stale "Moved…" line after a restart
         this._setBusy(false);
         this._setState('restarting');
         break;
@@ -393,9 +463,9 @@ export class DeviceConnection {
     }
     this._useComm(comm);
     this._setState('connecting');
-    const request = refreshRequest(this._nextId());
     try {
-      comm.open({ ...request });
+      // opening is the request: the kernel answers with its first window
+      comm.open({});
     } catch (error) {
       this._dropComm(false);
       this._setState('not-loaded');
@@ -412,7 +482,7 @@ export class DeviceConnection {
     this._languageOk = true;
     this._useComm(comm);
     const data: unknown = msg.content.data;
-    if (isSnapshotLike(data)) {
+    if (messageProblem(data) === null) {
       this._onData(comm, data);
       return;
     }
@@ -429,7 +499,6 @@ export class DeviceConnection {
     }
     this._dropComm(true);
     this._comm = comm;
-    this._lastSeq = null;
     comm.onMsg = msg => {
       this._onData(comm, msg.content.data);
     };
@@ -448,7 +517,6 @@ export class DeviceConnection {
       return;
     }
     this._comm = null;
-    this._lastSeq = null;
     this._pending.clear();
     comm.onMsg = () => undefined;
     comm.onClose = () => undefined;
@@ -466,7 +534,6 @@ export class DeviceConnection {
       return;
     }
     this._comm = null;
-    this._lastSeq = null;
     this._pending.clear();
     this._forgetSnapshot();
     const status = this._kernel?.status;
@@ -482,46 +549,66 @@ export class DeviceConnection {
     if (comm !== this._comm || this._isDisposed) {
       return;
     }
-    if (isReply(data)) {
-      this._onReply(data);
+    const problem = messageProblem(data);
+    if (problem !== null) {
+      this._setStatus(`The kernel sent a message this sidebar cannot read: ${problem}`, 'error');
       return;
     }
-    if (isTimelineLike(data)) {
-      // the memory chart's rows (timeline.ts); a message it cannot read is dropped
-      if (timelineProblem(data) === null) {
-        this._timeline = data as unknown as ITimelineMessage;
+    const message = data as FromKernel;
+    if (message.type !== 'view' && message.type !== 'delta' && this._view) {
+      // every kernel message is numbered in the comm's sequence: the next delta's base
+      this._view = { ...this._view, seq: message.seq };
+    }
+    this._messageReceived.emit(message);
+    switch (message.type) {
+      case 'view':
+        this.received.view += 1;
+        this._onView(fromView(message));
+        break;
+      case 'delta': {
+        this.received.delta += 1;
+        const next = this._view ? applyDelta(this._view, message) : null;
+        if (next === null) {
+          // out of step (a message lost or reordered): ask for the whole window
+          this.requestWindow(this._spec);
+          return;
+        }
+        this._onView(next);
+        break;
+      }
+      case 'reply':
+        this._onReply(message);
+        break;
+      case 'timeline':
+        // the memory chart's rows (timeline.ts); rows it cannot draw are dropped
+        if (timelineProblem(message) === null) {
+          this._timeline = message as unknown as ITimelineMessage;
+          this._changed.emit();
+        }
+        break;
+      case 'rerun':
+        if (message.cell_id.length > 0) {
+          this._rerunRequested.emit(message.cell_id);
+        }
+        break;
+      case 'unloaded':
+        // one clear state: not loaded, no window, no stale status line
+        this._dropComm(false);
+        this._forgetSnapshot();
+        this._pending.clear();
+        this._status = null;
+        this._state = 'not-loaded';
         this._changed.emit();
-      }
-      return;
+        break;
     }
-    if (isSnapshotLike(data)) {
-      const problem = snapshotProblem(data);
-      if (problem !== null) {
-        this._setStatus(`The kernel sent a snapshot this sidebar cannot read: ${problem}`, 'error');
-        return;
-      }
-      this._onSnapshot(data as unknown as ISnapshot);
-      return;
-    }
-    if (isRerunMessage(data)) {
-      this._rerunRequested.emit(data.cell_id);
-      return;
-    }
-    console.warn('torchdevice-magic: ignoring an unexpected comm message', data);
   }
 
-  private _onSnapshot(snapshot: ISnapshot): void {
-    if (this._lastSeq !== null && snapshot.seq < this._lastSeq) {
-      return; // an older snapshot overtaken by a newer one
-    }
-    this._lastSeq = snapshot.seq;
-    this._snapshot = snapshot;
+  private _onView(view: IMirror): void {
+    this._view = view;
+    this._spec = { ...view.spec };
     // Announce an action that happened elsewhere (the notebook's widget
-    // table, %%devicecheck): the snapshot's last_action changed since the
-    // previous snapshot and is not the outcome of a reply we already showed.
-    // A failed request leaves last_action as it was, so it never overwrites
-    // the error the reply put on the status line.
-    const last = snapshot.last_action ?? null;
+    // table, %%devicecheck): a last_action we have not shown yet.
+    const last = view.lastAction ?? null;
     const key = last ? JSON.stringify(last) : null;
     const previous = this._snapshotActionKey;
     this._snapshotActionKey = key;
@@ -541,20 +628,26 @@ export class DeviceConnection {
     this._changed.emit();
   }
 
-  private _onReply(reply: IReply): void {
+  private _onReply(reply: IReplyMessage): void {
     const request = this._pending.get(reply.request_id);
     this._pending.delete(reply.request_id);
-    const outcome: IActionOutcome | null = reply.outcome ?? null;
+    const outcome: IOutcome | null = reply.outcome ?? null;
     if (outcome) {
       this._replyActionKey = JSON.stringify(outcome);
     }
-    const message = oneLine(reply.message || outcome?.message || '');
+    let message = oneLine(reply.message || outcome?.message || '');
+    if (outcome && outcome.skipped.length > 0) {
+      // skip reasons with the result, in words
+      const shown = outcome.skipped.slice(0, 3).map(s => `${s.name}: ${s.reason}`);
+      const more = outcome.skipped.length > 3 ? ` (+${outcome.skipped.length - 3} more)` : '';
+      message += ` — skipped ${shown.join('; ')}${more}`;
+    }
     if (!reply.ok || outcome?.ok === false) {
       this._setStatus(message || 'The kernel refused the request', 'error');
-    } else if (outcome || (request && request.type !== 'refresh')) {
+    } else if (outcome || (request && (request.type === 'move' || request.type === 'undo'))) {
       this._setStatus(message || 'Done', 'ok');
     } else {
-      // A refresh's snapshot speaks for itself; keep the earlier news.
+      // A refresh's or a window's view speaks for itself; keep the earlier news.
       this._changed.emit();
     }
   }
@@ -567,13 +660,13 @@ export class DeviceConnection {
     if (!this._send(request)) {
       return null;
     }
-    this._pending.set(request.request_id, request);
+    this._pending.set((request as { request_id: string }).request_id, request);
     if (pendingMessage) {
       this._setStatus(pendingMessage, 'info');
     } else {
       this._changed.emit();
     }
-    return request.request_id;
+    return (request as { request_id: string }).request_id;
   }
 
   private _send(request: Request): boolean {
@@ -582,7 +675,7 @@ export class DeviceConnection {
       return false;
     }
     try {
-      comm.send({ ...request });
+      comm.send({ ...request } as unknown as Parameters<Comm['send']>[0]);
       return true;
     } catch (error) {
       this._setStatus(`Could not send to the kernel: ${describeError(error)}`, 'error');
@@ -598,8 +691,8 @@ export class DeviceConnection {
   }
 
   private _forgetSnapshot(): void {
-    this._snapshot = null;
-    this._lastSeq = null;
+    this._view = null;
+    this._timeline = null;
     this._snapshotActionKey = undefined;
   }
 
@@ -624,8 +717,9 @@ export class DeviceConnection {
   private _kernel: Kernel.IKernelConnection | null = null;
   private _comm: Comm | null = null;
   private _state: ConnectionState = 'no-kernel';
-  private _snapshot: ISnapshot | null = null;
+  private _view: IMirror | null = null;
   private _timeline: ITimelineMessage | null = null;
+  private _spec: IWindowSpec = { ...DEFAULT_SPEC };
   private _status: IStatusLine | null = null;
   private _language: string | null = null;
   private _languageOk = false;
@@ -633,7 +727,6 @@ export class DeviceConnection {
   private _busy = false;
   private _busyTimer: ReturnType<typeof setTimeout> | null = null;
   private _busyDelayMs: number;
-  private _lastSeq: number | null = null;
   /** The previous snapshot's last_action (undefined: no snapshot on this comm yet). */
   private _snapshotActionKey: string | null | undefined = undefined;
   /** The outcome of the last reply shown. */
@@ -644,15 +737,8 @@ export class DeviceConnection {
   private _clientId: string;
   private _isDisposed = false;
   private _changed = new Signal<this, void>(this);
+  private _messageReceived = new Signal<this, FromKernel>(this);
   private _rerunRequested = new Signal<this, string>(this);
-}
-
-function isSnapshotLike(data: unknown): data is Record<string, unknown> {
-  return (
-    typeof data === 'object' &&
-    data !== null &&
-    (data as Record<string, unknown>).type === 'snapshot'
-  );
 }
 
 function describeError(error: unknown): string {

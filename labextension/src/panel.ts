@@ -1,23 +1,27 @@
 /**
  * The "Devices" sidebar: a Lumino widget drawn with plain DOM.
  *
- * The skeleton (header, notice, toolbar, filter box, table, pager, status
- * line) is built once; a snapshot only refills the parts that change, so the
- * filter box keeps focus while snapshots arrive. The table shows one page of
- * at most PAGE_SIZE rows, which keeps a kernel with thousands of tensors fast.
+ * It draws the kernel's view model and decides nothing: rows (with their
+ * size text, grads apart, status, and what each row's button does or why it
+ * cannot), per-device bars, the totals note, the targets and every button's
+ * state and reason all come from the kernel. Sorting, filtering (the search
+ * box) and paging are requests for another window, answered by the kernel.
+ *
+ * The skeleton (header, notice, toolbar, search box, table, pager, status
+ * line) is built once; a view only refills the parts that change, so the
+ * search box keeps focus while deltas arrive.
  */
 
 import { Widget } from '@lumino/widgets';
 
 import { ConnectionState, DeviceConnection } from './connection';
-import { formatBytes, formatShape } from './format';
-import { IDeviceTotal, IRow, ISnapshot, ITarget } from './protocol';
+import { IAction, IDeviceBar, IHeader, IRow, IWindowSpec } from './protocol';
 import { TimelineChart } from './timeline';
+import { IMirror, orderedRows } from './window';
 
 export const PAGE_SIZE = 200;
 
-export type SortKey = 'name' | 'type' | 'device' | 'size';
-export type SortDirection = 'asc' | 'desc';
+export type SortKey = IWindowSpec['sort'];
 
 /** What the panel shows besides the connection's own states. */
 export type PanelState = ConnectionState | 'no-notebook';
@@ -31,25 +35,21 @@ interface IColumn {
   className: string;
 }
 
-// Name, device and size first: they are what a narrow sidebar must show
-// without scrolling. The action column sticks to the right edge (CSS).
+// Name and size first, never cut: they are what a narrow sidebar must show.
+// The name column sticks to the left edge when the table scrolls sideways.
 const COLUMNS: IColumn[] = [
   { key: 'name', label: 'Name', sort: 'name', className: `${CLASS}-cell-name` },
-  { key: 'device', label: 'Device', sort: 'device', className: `${CLASS}-cell-device` },
   { key: 'size', label: 'Size', sort: 'size', className: `${CLASS}-cell-size` },
+  { key: 'grad', label: 'Grad', sort: null, className: `${CLASS}-cell-grad` },
+  { key: 'device', label: 'Device', sort: 'device', className: `${CLASS}-cell-device` },
   { key: 'type', label: 'Type', sort: 'type', className: `${CLASS}-cell-type` },
   { key: 'dtype', label: 'Dtype', sort: null, className: `${CLASS}-cell-dtype` },
   { key: 'shape', label: 'Shape', sort: null, className: `${CLASS}-cell-shape` },
   { key: 'action', label: 'Actions', sort: null, className: `${CLASS}-cell-action` }
 ];
 
-/** First click on a column sorts this way. */
-const FIRST_DIRECTION: Record<SortKey, SortDirection> = {
-  name: 'asc',
-  type: 'asc',
-  device: 'asc',
-  size: 'desc'
-};
+/** How long typing in the search box pauses before the kernel is asked. */
+export const FILTER_DELAY_MS = 150;
 
 const NOTICES: Record<PanelState, string> = {
   'no-notebook': 'Open a notebook to see its tensors, modules and optimizers.',
@@ -65,7 +65,7 @@ const NOTICES: Record<PanelState, string> = {
 };
 
 export const TORCH_NOT_IMPORTED = 'torch is not imported in this kernel yet.';
-export const BUSY_NOTICE = 'kernel busy — showing the last snapshot';
+export const BUSY_NOTICE = 'kernel busy — showing the last view';
 
 function el<K extends keyof HTMLElementTagNameMap>(
   tag: K,
@@ -89,87 +89,12 @@ function button(className: string, label: string, ariaLabel: string): HTMLButton
   return node;
 }
 
-/** How a row's device reads: "cpu", or "cpu + meta" for a mixed module. */
-export function rowDevice(row: IRow): string {
-  return row.mixed && row.devices.length > 1 ? row.devices.join(' + ') : row.device;
-}
-
-/** Whether `row` gets a "→ target" button: it is movable and the move would change something. */
-export function rowNeedsMove(row: IRow, target: string | null): boolean {
-  if (!row.movable || target === null) {
-    return false;
-  }
-  if (row.mixed) {
-    return true;
-  }
-  return row.device !== target;
-}
-
-function compareText(a: string, b: string): number {
-  return a.localeCompare(b, undefined, { numeric: true, sensitivity: 'base' });
-}
-
-export function sortRows(rows: IRow[], key: SortKey, direction: SortDirection): IRow[] {
-  const sign = direction === 'asc' ? 1 : -1;
-  // As the kernel orders rows: what the object takes or, on meta, would take.
-  const bySize = (a: IRow, b: IRow): number => sizeKey(a) - sizeKey(b) || a.bytes - b.bytes;
-  const compare = (a: IRow, b: IRow): number => {
-    const byName = compareText(a.name, b.name);
-    switch (key) {
-      case 'name':
-        return sign * byName;
-      case 'type':
-        return sign * compareText(a.type, b.type) || byName;
-      case 'device':
-        // Within a device, biggest first whichever way the devices go.
-        return sign * compareText(rowDevice(a), rowDevice(b)) || -bySize(a, b) || byName;
-      case 'size':
-        return sign * bySize(a, b) || byName;
-    }
-  };
-  return [...rows].sort(compare);
-}
-
-/** The size rows sort by, as the kernel's own ordering: max(bytes, would_need_bytes). */
-export function sizeKey(row: IRow): number {
-  return Math.max(row.bytes, row.would_need_bytes);
-}
-
-/** Rows whose name, type or device contain every word of `query`. */
-export function filterRows(rows: IRow[], query: string): IRow[] {
-  const words = query.toLowerCase().split(/\s+/).filter(Boolean);
-  if (words.length === 0) {
-    return rows;
-  }
-  return rows.filter(row => {
-    const haystack =
-      `${row.name}\n${row.type}\n${row.device}\n${row.devices.join('\n')}`.toLowerCase();
-    return words.every(word => haystack.includes(word));
-  });
-}
-
-/** The target the panel starts with: the user's pick, else the kernel's default, else the first enabled one. */
-/**
- * The target to show: the one the user picked while it stays available; otherwise the
- * kernel's default (which changes with config, e.g. when meta is enabled); otherwise the
- * current one, or the first enabled target.
- */
-export function chooseTarget(
-  snapshot: ISnapshot,
-  current: string | null,
-  picked = false
-): string | null {
-  const enabled = snapshot.targets.filter(t => t.enabled).map(t => t.device);
-  if (picked && current !== null && enabled.includes(current)) {
-    return current;
-  }
-  if (snapshot.default_target !== null && enabled.includes(snapshot.default_target)) {
-    return snapshot.default_target;
-  }
-  if (current !== null && enabled.includes(current)) {
-    return current;
-  }
-  return enabled.length > 0 ? enabled[0] : null;
+/** A button as the kernel says: its label, enabled or not, and why. */
+function drawAction(node: HTMLButtonElement, action: IAction, waitReason: string): void {
+  node.textContent = action.label;
+  node.setAttribute('aria-label', action.label);
+  node.disabled = !action.enabled || waitReason !== '';
+  node.title = waitReason || action.reason;
 }
 
 export class DevicePanel extends Widget {
@@ -189,30 +114,25 @@ export class DevicePanel extends Widget {
     return this._connection;
   }
 
-  get sort(): { key: SortKey; direction: SortDirection } {
-    return { key: this._sortKey, direction: this._sortDirection };
+  /** The sort the kernel's window has. */
+  get sort(): { key: SortKey; reverse: boolean } {
+    const spec = this._connection?.spec;
+    return { key: spec?.sort ?? 'size', reverse: spec?.reverse ?? false };
   }
 
-  /** The device selected as the move target. */
+  /** The device the kernel's header says moves go to. */
   get target(): string | null {
-    return this._target;
+    return this._connection?.view?.header.target ?? null;
   }
 
   /** Show `connection` (one notebook's), labelled `label`; null: no notebook. */
   setConnection(connection: DeviceConnection | null, label = ''): void {
     if (this._connection !== connection) {
       this._connection?.changed.disconnect(this._render, this);
-      if (this._connection && this._picked) {
-        this._targets.set(this._connection, this._target);
-      }
       this._connection = connection;
       this._connection?.changed.connect(this._render, this);
-      // a notebook remembers only a target the user picked there
-      const remembered = connection ? this._targets.get(connection) : undefined;
-      this._picked = remembered !== undefined;
-      this._target = remembered ?? null;
-      this._page = 0;
       this._targetsKey = '';
+      this._filterInput.value = connection?.spec.filter ?? '';
     }
     this.setLabel(label);
     this._render();
@@ -257,8 +177,8 @@ export class DevicePanel extends Widget {
     toolbar.append(this._targetSelect, this._moveAllButton, this._undoButton);
 
     this._filterInput.type = 'search';
-    this._filterInput.placeholder = 'Filter by name, type or device';
-    this._filterInput.setAttribute('aria-label', 'Filter by name, type or device');
+    this._filterInput.placeholder = 'Search name, type or device';
+    this._filterInput.setAttribute('aria-label', 'Search by name, type or device');
     this._filterInput.spellcheck = false;
 
     this._table.setAttribute('aria-label', 'Tensors, modules and optimizers');
@@ -315,19 +235,23 @@ export class DevicePanel extends Widget {
     this._loadButton.addEventListener('click', () => void this._connection?.loadExtension());
     this._undoButton.addEventListener('click', () => this._connection?.undo());
     this._moveAllButton.addEventListener('click', () => {
-      if (this._target !== null) {
-        this._connection?.move(this._target, null);
+      const target = this.target;
+      if (target !== null) {
+        this._connection?.move(target, null);
       }
     });
     this._targetSelect.addEventListener('change', () => {
-      this._target = this._targetSelect.value || null;
-      this._picked = true;
-      this._render();
+      this._ask({ target: this._targetSelect.value || null });
     });
+    // the kernel filters: ask for the filtered window once typing pauses
     this._filterInput.addEventListener('input', () => {
-      this._filter = this._filterInput.value;
-      this._page = 0;
-      this._renderRows();
+      if (this._filterTimer !== null) {
+        clearTimeout(this._filterTimer);
+      }
+      this._filterTimer = setTimeout(() => {
+        this._filterTimer = null;
+        this._ask({ filter: this._filterInput.value, offset: 0 });
+      }, FILTER_DELAY_MS);
     });
     this._tbody.addEventListener('click', event => {
       const target = event.target as HTMLElement | null;
@@ -342,13 +266,35 @@ export class DevicePanel extends Widget {
       }
     });
     this._prevButton.addEventListener('click', () => {
-      this._page = Math.max(0, this._page - 1);
-      this._renderRows();
+      const spec = this._connection?.spec;
+      if (spec) {
+        this._ask({ offset: Math.max(0, spec.offset - spec.limit) });
+      }
     });
     this._nextButton.addEventListener('click', () => {
-      this._page += 1;
-      this._renderRows();
+      const spec = this._connection?.spec;
+      if (spec) {
+        this._ask({ offset: spec.offset + spec.limit });
+      }
     });
+  }
+
+  /** Ask the kernel for the window with these changes. */
+  private _ask(changes: Partial<IWindowSpec>): void {
+    const connection = this._connection;
+    if (!connection) {
+      return;
+    }
+    connection.requestWindow({ ...connection.spec, ...changes });
+  }
+
+  /** Flush a pending search now (tests; Enter in the box). */
+  flushFilter(): void {
+    if (this._filterTimer !== null) {
+      clearTimeout(this._filterTimer);
+      this._filterTimer = null;
+      this._ask({ filter: this._filterInput.value, offset: 0 });
+    }
   }
 
   // ---- rendering ------------------------------------------------------------
@@ -356,21 +302,23 @@ export class DevicePanel extends Widget {
   private _render(): void {
     const connection = this._connection;
     const state: PanelState = connection ? connection.state : 'no-notebook';
-    const snapshot = connection?.snapshot ?? null;
-    const showSnapshot = state === 'ready' && snapshot !== null;
-    const torchImported = showSnapshot && snapshot.torch_imported;
+    const view = connection?.view ?? null;
+    const showView = state === 'ready' && view !== null;
+    const torchImported = showView && view.header.torch_imported;
 
-    this._timelineChart.render(showSnapshot ? (connection?.timeline ?? null) : null);
+    this._timelineChart.render(showView ? (connection?.timeline ?? null) : null);
     this.node.dataset.state = state;
     this.node.dataset.busy = String(Boolean(connection?.busy));
-    this.node.dataset.torch = showSnapshot ? String(snapshot.torch_imported) : '';
+    this.node.dataset.views = String(connection?.received.view ?? 0);
+    this.node.dataset.deltas = String(connection?.received.delta ?? 0);
+    this.node.dataset.torch = showView ? String(view.header.torch_imported) : '';
 
     // Notice: the state in words, and the Load button when it helps.
     let notice = NOTICES[state];
     if (state === 'not-python' && connection?.language) {
       notice = `Devices works with Python kernels (this kernel runs ${connection.language}).`;
     }
-    if (showSnapshot && !snapshot.torch_imported) {
+    if (showView && !view.header.torch_imported) {
       notice = TORCH_NOT_IMPORTED;
     }
     this._noticeText.textContent = notice;
@@ -389,17 +337,17 @@ export class DevicePanel extends Widget {
 
     this._contentNode.hidden = !torchImported;
     if (torchImported) {
-      this._renderWarnings(snapshot);
-      this._renderTotals(snapshot.devices);
-      this._renderTargets(snapshot);
+      this._renderWarnings(view.header);
+      this._renderTotals(view.header);
+      this._renderTargets(view.header);
     }
     this._renderActions();
     this._renderRows();
     this._renderStatus();
   }
 
-  private _renderWarnings(snapshot: ISnapshot): void {
-    const warnings = snapshot.warnings;
+  private _renderWarnings(header: IHeader): void {
+    const warnings = header.warnings;
     this._bannerNode.hidden = warnings.length === 0;
     const list = el('ul', `${CLASS}-bannerList`);
     for (const warning of warnings) {
@@ -408,74 +356,36 @@ export class DevicePanel extends Widget {
     this._bannerNode.replaceChildren(list);
   }
 
-  private _renderTotals(totals: IDeviceTotal[]): void {
-    // Devices without a known capacity are drawn against the largest of them.
-    let largest = 0;
-    for (const total of totals) {
-      if (total.capacity === null) {
-        largest = Math.max(largest, total.bytes, total.would_need_bytes);
-      }
-    }
+  private _renderTotals(header: IHeader): void {
     const fragment = document.createDocumentFragment();
-    for (const total of totals) {
+    for (const total of header.bars as IDeviceBar[]) {
       const row = el('div', `${CLASS}-total`);
       row.dataset.device = total.device;
-
       const head = el('div', `${CLASS}-totalHead`);
       head.append(
         el('span', `${CLASS}-totalDevice`, total.device),
-        el('span', `${CLASS}-totalSize`, formatBytes(total.bytes))
+        el('span', `${CLASS}-totalSize`, total.text)
       );
-
       const bar = el('div', `${CLASS}-bar`);
       bar.setAttribute('aria-hidden', 'true');
       const fill = el('div', `${CLASS}-barFill`);
-      let fraction: number;
-      if (total.capacity !== null && total.capacity > 0) {
-        fraction = total.bytes / total.capacity;
-        if (total.reserved !== null) {
-          const reserved = el('div', `${CLASS}-barReserved`);
-          reserved.style.width = percent(total.reserved / total.capacity);
-          bar.append(reserved);
-        }
-      } else if (total.bytes === 0 && total.would_need_bytes > 0) {
-        fill.classList.add('jp-mod-wouldNeed');
-        fraction = largest > 0 ? total.would_need_bytes / largest : 0;
-      } else {
-        fraction = largest > 0 ? total.bytes / largest : 0;
-      }
-      fill.style.width = percent(fraction);
+      fill.style.width = percent(total.fraction);
       bar.append(fill);
-
-      const metaParts: string[] = [];
-      // On real devices would_need_bytes equals bytes; it says something on meta.
-      if (total.would_need_bytes > total.bytes) {
-        metaParts.push(`would need ${formatBytes(total.would_need_bytes)}`);
-      }
-      if (total.allocated !== null) {
-        metaParts.push(`allocated ${formatBytes(total.allocated)}`);
-      }
-      if (total.reserved !== null) {
-        metaParts.push(`reserved ${formatBytes(total.reserved)}`);
-      }
-      if (total.capacity !== null) {
-        metaParts.push(`of ${formatBytes(total.capacity)}`);
-      }
-      const meta = el('div', `${CLASS}-totalMeta`, metaParts.join(' · '));
-      meta.hidden = metaParts.length === 0;
-      row.title = [`${total.device}: ${formatBytes(total.bytes)}`, ...metaParts].join(', ');
-      row.append(head, bar, meta);
+      row.title = `${total.device}: ${total.text}`;
+      row.append(head, bar);
       fragment.append(row);
     }
+    const note = el('div', `${CLASS}-totalsNote`, header.totals_note);
+    note.hidden = header.totals_note === '';
+    fragment.append(note);
     this._totalsNode.replaceChildren(fragment);
   }
 
-  private _renderTargets(snapshot: ISnapshot): void {
-    this._target = chooseTarget(snapshot, this._target, this._picked);
-    const key = JSON.stringify(snapshot.targets);
+  private _renderTargets(header: IHeader): void {
+    const key = JSON.stringify(header.targets);
     if (key !== this._targetsKey) {
       this._targetsKey = key;
-      const options = snapshot.targets.map((target: ITarget) => {
+      const options = header.targets.map(target => {
         const option = el(
           'option',
           undefined,
@@ -490,187 +400,144 @@ export class DevicePanel extends Widget {
       });
       this._targetSelect.replaceChildren(...options);
     }
-    this._targetSelect.value = this._target ?? '';
+    this._targetSelect.value = header.target ?? '';
+  }
+
+  private _waitReason(): string {
+    const connection = this._connection;
+    if (connection?.busy) {
+      return 'The kernel is busy; wait for the running cell to finish';
+    }
+    if (connection?.actionPending) {
+      return 'Waiting for the kernel to answer';
+    }
+    return '';
   }
 
   private _renderActions(): void {
     const connection = this._connection;
-    const snapshot = connection?.snapshot ?? null;
-    const ready = connection?.state === 'ready' && snapshot !== null && snapshot.torch_imported;
-    const busy = Boolean(connection?.busy);
-    const pending = Boolean(connection?.actionPending);
-    const waitReason = busy
-      ? 'The kernel is busy; wait for the running cell to finish'
-      : pending
-        ? 'Waiting for the kernel to answer'
-        : '';
-    const target = this._target;
-
-    const label = target === null ? 'Move all' : `Move all to ${target}`;
-    this._moveAllButton.textContent = label;
-    this._moveAllButton.setAttribute('aria-label', label);
-    const anythingToMove =
-      ready &&
-      (snapshot.total_rows > snapshot.rows.length ||
-        snapshot.rows.some(row => rowNeedsMove(row, target)));
-    this._moveAllButton.disabled = !ready || target === null || busy || pending || !anythingToMove;
-    this._moveAllButton.title =
-      waitReason || (ready && !anythingToMove ? `Everything is on ${target}` : label);
-
-    this._undoButton.disabled = !ready || !snapshot.can_undo || busy || pending;
-    this._undoButton.title =
-      waitReason || (ready && snapshot.can_undo ? 'Undo the last move' : 'Nothing to undo');
-    this._targetSelect.disabled = !ready || snapshot.targets.length === 0;
+    const view = connection?.view ?? null;
+    const ready = connection?.state === 'ready' && view !== null && view.header.torch_imported;
+    if (!ready) {
+      this._moveAllButton.disabled = true;
+      this._undoButton.disabled = true;
+      this._targetSelect.disabled = true;
+      return;
+    }
+    const wait = this._waitReason();
+    drawAction(this._moveAllButton, view.header.buttons.move_all, wait);
+    drawAction(this._undoButton, view.header.buttons.undo, wait);
+    this._targetSelect.disabled = view.header.targets.length === 0;
   }
 
   private _renderRows(): void {
     const connection = this._connection;
-    const snapshot = connection?.snapshot ?? null;
-    if (!snapshot || connection?.state !== 'ready' || !snapshot.torch_imported) {
+    const view: IMirror | null = connection?.view ?? null;
+    if (!view || connection?.state !== 'ready' || !view.header.torch_imported) {
       this._tbody.replaceChildren();
-      this._rowsSnapshot = null;
+      this._rowsView = null;
       this._summaryNode.textContent = '';
       this._pagerNode.hidden = true;
       return;
     }
-    const filtered = filterRows(snapshot.rows, this._filter);
-    const sorted = sortRows(filtered, this._sortKey, this._sortDirection);
-    const pages = Math.max(1, Math.ceil(sorted.length / PAGE_SIZE));
-    this._page = Math.min(this._page, pages - 1);
-    const start = this._page * PAGE_SIZE;
-    const visible = sorted.slice(start, start + PAGE_SIZE);
-
-    const canMove = !connection.busy && !connection.actionPending && this._target !== null;
+    const wait = this._waitReason();
     // Rebuild the rows only when what they show changed. Replacing a button
     // between mousedown and mouseup (a status line update, a busy flag) would
     // swallow the click, so other changes only flip `disabled`.
-    const key = [this._target, this._sortKey, this._sortDirection, this._filter, this._page];
-    const same =
-      this._rowsSnapshot === snapshot &&
-      this._rowsKey.length === key.length &&
-      this._rowsKey.every((value, i) => value === key[i]);
-    if (same) {
-      for (const button of Array.from(
+    const rows = orderedRows(view);
+    if (this._rowsView === view) {
+      for (const node of Array.from(
         this._tbody.querySelectorAll<HTMLButtonElement>(`button.${CLASS}-rowMove`)
       )) {
-        button.disabled = !canMove;
+        const row = view.rows.get(node.dataset.key ?? '');
+        if (row) {
+          drawAction(node, row.action, wait);
+        }
       }
     } else {
+      const existing = new Map<string, HTMLTableRowElement>();
+      for (const tr of Array.from(this._tbody.rows)) {
+        existing.set(tr.dataset.key ?? '', tr);
+      }
       const fragment = document.createDocumentFragment();
-      for (const row of visible) {
-        fragment.append(this._renderRow(row, canMove));
+      for (const row of rows) {
+        // a row the delta did not touch keeps its element (and any hover or focus)
+        const old = existing.get(row.key);
+        const same = old !== undefined && this._drawn.get(row.key) === row;
+        fragment.append(same ? old : this._renderRow(row, wait));
       }
       this._tbody.replaceChildren(fragment);
-      this._rowsSnapshot = snapshot;
-      this._rowsKey = key;
+      this._drawn = new Map(rows.map(row => [row.key, row]));
+      this._rowsView = view;
     }
 
+    const spec = view.spec;
     for (const th of Array.from(this._table.tHead!.rows[0].cells)) {
-      const key = th.dataset.column;
-      if (COLUMNS.find(c => c.key === key)?.sort) {
+      const column = COLUMNS.find(c => c.key === th.dataset.column);
+      if (column?.sort) {
         th.setAttribute(
           'aria-sort',
-          key === this._sortKey
-            ? this._sortDirection === 'asc'
-              ? 'ascending'
-              : 'descending'
-            : 'none'
+          column.sort === spec.sort ? (spec.reverse ? 'ascending' : 'descending') : 'none'
         );
       }
     }
 
-    const shown = snapshot.rows.length;
+    const start = spec.offset;
     let summary: string;
-    if (this._filter.trim()) {
-      summary = `${filtered.length} of ${shown} rows match`;
+    if (view.matching === 0) {
+      summary = spec.filter.trim() ? 'No rows match' : 'No rows';
     } else {
-      summary = `${shown} ${shown === 1 ? 'row' : 'rows'}`;
-    }
-    if (snapshot.total_rows > shown) {
-      summary += ` (the kernel has ${snapshot.total_rows}; the biggest ${shown} are listed)`;
+      summary = `Rows ${start + 1}–${start + rows.length} of ${view.matching}`;
+      if (view.matching !== view.total) {
+        summary += ` (filtered from ${view.total})`;
+      }
     }
     this._summaryNode.textContent = summary;
-
-    this._pagerNode.hidden = pages <= 1;
-    this._pageText.textContent =
-      sorted.length === 0 ? '' : `Rows ${start + 1}–${start + visible.length} of ${sorted.length}`;
-    this._prevButton.disabled = this._page === 0;
-    this._nextButton.disabled = this._page >= pages - 1;
+    this._pagerNode.hidden = view.matching <= spec.limit;
+    this._pageText.textContent = summary;
+    this._prevButton.disabled = start === 0;
+    this._nextButton.disabled = start + spec.limit >= view.matching;
   }
 
-  private _renderRow(row: IRow, canMove: boolean): HTMLTableRowElement {
+  private _renderRow(row: IRow, wait: string): HTMLTableRowElement {
     const tr = el('tr', `${CLASS}-row`);
+    tr.dataset.key = row.key;
     tr.dataset.name = row.name;
     tr.dataset.device = row.device;
     tr.dataset.kind = row.kind;
-    if (row.hidden) {
-      tr.classList.add('jp-mod-hidden');
+    if (row.status) {
+      tr.title = row.status;
     }
-    if (row.mixed) {
-      tr.classList.add('jp-mod-mixed');
-    }
-
     const name = el('td', `${CLASS}-cell-name`);
-    const nameText = el('span', `${CLASS}-name`, row.name);
-    name.append(nameText);
-    if (row.hidden) {
-      const badge = el('span', `${CLASS}-badge ${CLASS}-hiddenBadge`, 'history');
-      badge.title = 'Only reachable through output history (Out / _N)';
-      name.append(badge);
+    name.append(el('span', `${CLASS}-name`, row.name));
+    name.title = [row.name, `${row.type} (${row.kind}) on ${row.device}`, row.status]
+      .filter(Boolean)
+      .join('\n');
+    const size = el('td', `${CLASS}-cell-size`, row.size);
+    size.title = `${row.size_bytes} bytes`;
+    const grad = el('td', `${CLASS}-cell-grad`, row.grad);
+    if (row.grad) {
+      grad.title = `gradient: ${row.grad_bytes} bytes`;
     }
-    // Everything about the row, also for the columns a narrow sidebar hides.
-    const details: string[] = [
-      row.name,
-      `${row.type} (${row.kind}) on ${rowDevice(row)}`,
-      `${row.dtype ?? 'no dtype'}, shape ${formatShape(row.shape)}, ${formatBytes(row.bytes)}`
-    ];
-    if (row.note) {
-      details.push(row.note);
-    }
-    if (row.shares_with.length > 0) {
-      details.push(`shares memory with ${row.shares_with.join(', ')}`);
-    }
-    if (row.requires_grad) {
-      details.push('requires grad');
-    }
-    name.title = details.join('\n');
-
+    const device = el('td', `${CLASS}-cell-device`, row.device);
     const type = el('td', `${CLASS}-cell-type`, row.type);
     type.title = row.kind;
-    const device = el('td', `${CLASS}-cell-device`, rowDevice(row));
-    const dtype = el('td', `${CLASS}-cell-dtype`, row.dtype ?? '—');
-    const shape = el('td', `${CLASS}-cell-shape`, formatShape(row.shape));
-
-    const size = el('td', `${CLASS}-cell-size`, formatBytes(row.bytes));
-    const sizeTitle: string[] = [`${row.bytes} bytes`];
-    if (row.would_need_bytes > row.bytes) {
-      const needs = el('span', `${CLASS}-wouldNeed`, `needs ${formatBytes(row.would_need_bytes)}`);
-      size.append(needs);
-      sizeTitle.push(`would need ${formatBytes(row.would_need_bytes)} on a real device`);
-    }
-    if (row.grad_bytes > 0) {
-      sizeTitle.push(`plus ${formatBytes(row.grad_bytes)} of .grad`);
-    }
-    size.title = sizeTitle.join('; ');
-
+    const dtype = el('td', `${CLASS}-cell-dtype`, row.dtype || '—');
+    const shape = el('td', `${CLASS}-cell-shape`, row.shape || '—');
     const action = el('td', `${CLASS}-cell-action`);
-    const target = this._target;
-    if (target !== null && rowNeedsMove(row, target)) {
-      // The kernel moves namespace names: a part of a container (`batch[0]`)
-      // moves with its root (`batch`).
-      const move = button(`${CLASS}-rowMove`, `→ ${target}`, `Move ${row.root} to ${target}`);
+    const target = this.target;
+    if (row.action.enabled && target !== null) {
+      // the kernel moves namespace names: a part (`batch[0]`) moves with its root
+      const move = button(`${CLASS}-rowMove`, row.action.label, row.action.reason);
+      move.dataset.key = row.key;
       move.dataset.name = row.root;
       move.dataset.device = target;
-      if (row.root !== row.name) {
-        move.title = `Moves all of ${row.root}`;
-      }
-      move.disabled = !canMove;
+      drawAction(move, row.action, wait);
       action.append(move);
-    } else if (!row.movable && row.note) {
-      action.title = row.note;
+    } else {
+      action.title = row.action.reason;
     }
-
-    tr.append(name, device, size, type, dtype, shape, action);
+    tr.append(name, size, grad, device, type, dtype, shape, action);
     return tr;
   }
 
@@ -683,27 +550,20 @@ export class DevicePanel extends Widget {
   }
 
   private _onSort(key: SortKey): void {
-    if (this._sortKey === key) {
-      this._sortDirection = this._sortDirection === 'asc' ? 'desc' : 'asc';
-    } else {
-      this._sortKey = key;
-      this._sortDirection = FIRST_DIRECTION[key];
+    const spec = this._connection?.spec;
+    if (!spec) {
+      return;
     }
-    this._page = 0;
-    this._renderRows();
+    // first click: the kernel's natural order (size: biggest first, names: A→Z)
+    const reverse = spec.sort === key ? !spec.reverse : false;
+    this._ask({ sort: key, reverse, offset: 0 });
   }
 
   private _connection: DeviceConnection | null = null;
-  private _rowsSnapshot: ISnapshot | null = null;
-  private _rowsKey: unknown[] = [];
-  private _targets = new WeakMap<DeviceConnection, string | null>();
-  private _target: string | null = null;
-  private _picked = false;
+  private _rowsView: IMirror | null = null;
+  private _drawn = new Map<string, IRow>();
   private _targetsKey = '';
-  private _sortKey: SortKey = 'size';
-  private _sortDirection: SortDirection = 'desc';
-  private _filter = '';
-  private _page = 0;
+  private _filterTimer: ReturnType<typeof setTimeout> | null = null;
 
   private _contextNode = el('div', `${CLASS}-context`);
   private _refreshButton = button(`${CLASS}-refresh`, 'Refresh', 'Refresh the device list');

@@ -163,6 +163,19 @@ def widen_sidebar(page, width: int = 560) -> None:
 # ---- the tests ----------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module", autouse=True)
+def fresh_kernel(lab):
+    """These tests tell one session's story from a kernel without the extension: restart the
+    kernel other test modules (sharing this JupyterLab) may have used, and wait for it."""
+    page = lab.page
+    page.evaluate("window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart()")
+    page.wait_for_function(
+        "window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'",
+        timeout=60_000,
+    )
+    yield
+
+
 def test_load_from_sidebar(lab):
     """A fresh kernel: the sidebar says the extension is not loaded; Load makes it ready."""
     page = lab.page
@@ -176,6 +189,7 @@ def test_load_from_sidebar(lab):
     load = page.locator(LOAD)
     expect(load).to_be_visible()
     expect(load).to_have_text("Load in this kernel")
+    cells_before = page.locator(CELLS).count()
     load.click()
     expect(panel).to_have_attribute("data-state", "ready")
     expect(panel).to_have_attribute("data-torch", "false")
@@ -184,7 +198,7 @@ def test_load_from_sidebar(lab):
     )
     expect(load).to_be_hidden()
     # Loading is silent: no cell ran, nothing in the notebook changed.
-    assert page.locator(CELLS).count() == 1
+    assert page.locator(CELLS).count() == cells_before
 
 
 def test_cells_show_rows_and_totals(lab):
@@ -210,7 +224,7 @@ def test_cells_show_rows_and_totals(lab):
     expect(cpu.locator(".jp-TorchDevices-totalSize")).to_have_text(
         format_bytes(sum(sizes.values()))
     )
-    expect(page.locator(".jp-TorchDevices-summary")).to_have_text("2 rows")
+    expect(page.locator(".jp-TorchDevices-summary")).to_have_text("Rows 1–2 of 2")
     expect(page.locator(BANNER)).to_be_hidden()
 
 
@@ -226,8 +240,7 @@ def test_mixed_model_shows_banner_and_screenshot(lab):
     expect(banner).to_have_attribute("role", "alert")
     expect(banner.locator("li.jp-TorchDevices-warning")).to_contain_text(["net"])
     net = page.locator(row("net"))
-    expect(net).to_have_class(re.compile(r"\bjp-mod-mixed\b"))
-    expect(net.locator("td.jp-TorchDevices-cell-device")).to_have_text("cpu + meta")
+    expect(net.locator("td.jp-TorchDevices-cell-device")).to_have_text("cpu, meta")
     # the kernel says it in the cell too (stderr)
     expect(cell.locator(".jp-OutputArea")).to_contain_text("net (Sequential) spans cpu, meta")
     for name in ("x", "model"):
@@ -256,7 +269,8 @@ def test_mixed_model_shows_banner_and_screenshot(lab):
 
 def _move_all(page, device: str) -> list[str]:
     """Pick `device`, click Move all; returns the names of the rows that were elsewhere."""
-    page.locator(TARGET).select_option(device)
+    if page.locator(TARGET).input_value() != device:
+        page.locator(TARGET).select_option(device)
     move = page.locator(MOVE_ALL)
     expect(move).to_have_text(f"Move all to {device}")
     expect(move).to_be_enabled()
@@ -284,10 +298,14 @@ def test_move_all_to_meta_and_undo_is_not_offered(lab):
     expect(meta_option).to_be_disabled()
     run_cell(page, "%config TorchDeviceMagic.allow_meta_target = True")
     expect(meta_option).to_be_enabled()
-    # The kernel's default target is now meta (it stands in for the missing accelerator),
-    # but the select keeps the cpu it picked by itself from the first snapshot: chooseTarget()
-    # treats any current value as the user's pick. So pick meta, as a user would.
+    # The kernel's default target is now meta (it stands in for the missing accelerator):
+    # the kernel's header says so and the select follows it.
+    expect(target).to_have_value("meta")
+    views_before = int(page.locator(PANEL).get_attribute("data-views"))
     moved = _move_all(page, "meta")
+    # the move came back as deltas of the window, not as a whole new view
+    assert int(page.locator(PANEL).get_attribute("data-views")) == views_before
+    assert int(page.locator(PANEL).get_attribute("data-deltas")) > 0
     assert {"x", "model"} <= set(moved)
     needs = {"x": 1000 * 4, "model": (100 * 10 + 10) * 4, "net": 2 * (2 * 2 + 2) * 4}
     for name in moved:
@@ -296,16 +314,13 @@ def test_move_all_to_meta_and_undo_is_not_offered(lab):
         )
         # meta keeps no data: 0 B, and what it would need on a real device
         size = page.locator(row(name)).locator("td.jp-TorchDevices-cell-size")
-        expect(size).to_contain_text("0 B")
-        expect(size.locator(".jp-TorchDevices-wouldNeed")).to_have_text(
-            f"needs {format_bytes(needs[name])}"
-        )
+        expect(size).to_have_text(f"0 B (meta; needs {format_bytes(needs[name])})")
     # a mixed `net` (from the banner test) went wholly to meta: no more warning
     expect(page.locator(BANNER)).to_be_hidden()
     expect(page.locator('.jp-TorchDevices-total[data-device="cpu"]')).to_have_count(0)
     expect(
-        page.locator('.jp-TorchDevices-total[data-device="meta"] .jp-TorchDevices-totalMeta')
-    ).to_have_text(f"would need {format_bytes(sum(needs[name] for name in moved))}")
+        page.locator('.jp-TorchDevices-total[data-device="meta"] .jp-TorchDevices-totalSize')
+    ).to_have_text(f"0 B (meta; needs {format_bytes(sum(needs[name] for name in moved))})")
     cell = run_cell(page, "print(x.device, model.weight.device)")
     assert output_text(cell).strip() == "meta meta"
 
@@ -371,6 +386,151 @@ def test_devices_widget_screenshot(lab):
         page.mouse.move(0, 0)
         output.screenshot(path=str(path))
     open_sidebar(page)
+
+
+def set_sidebar_width(page, width: int) -> float:
+    """Drag the right sidebar's edge until the Devices panel is about `width` px wide."""
+    panel = page.locator(PANEL)
+    box = panel.bounding_box()
+    assert box is not None
+    handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle:not(.lm-mod-hidden)").last
+    hbox = handle.bounding_box()
+    assert hbox is not None, "no split handle next to the right sidebar"
+    x, y = hbox["x"] + hbox["width"] / 2, hbox["y"] + hbox["height"] / 2
+    page.mouse.move(x, y)
+    page.mouse.down()
+    page.mouse.move(x - (width - box["width"]), y, steps=8)
+    page.mouse.up()
+    page.wait_for_timeout(300)
+    return panel.bounding_box()["width"]
+
+
+# For every visible cell of the given columns: is its text cut (scrollWidth > clientWidth), or
+# is the cell outside what its container shows (scrolled out of sight)?
+CLIPPED_JS = """
+([rootSelector, cellSelector, containerSelector]) => {
+  const root = document.querySelector(rootSelector);
+  const container = root.closest(containerSelector) || root;
+  const box = container.getBoundingClientRect();
+  const problems = [];
+  for (const cell of root.querySelectorAll(cellSelector)) {
+    if (cell.offsetParent === null) continue;  // a hidden column, not a clipped one
+    const r = cell.getBoundingClientRect();
+    const text = cell.textContent;
+    if (cell.scrollWidth > cell.clientWidth + 1) problems.push(`cut: ${text} (${cell.scrollWidth} > ${cell.clientWidth})`);
+    if (r.left < box.left - 1 || r.right > box.right + 1) problems.push(`out of sight: ${text} [${Math.round(r.left)}..${Math.round(r.right)} not in ${Math.round(box.left)}..${Math.round(box.right)}]`);
+  }
+  return problems;
+}
+"""
+
+LONG_NAME = "a_rather_long_tensor_name_for_the_layout"
+
+
+def test_search_box_narrows_rows_in_the_kernel(lab):
+    page = lab.page
+    ensure_loaded(page)
+    run_cell(
+        page, "import torch\nalpha1 = torch.ones(7)\nalpha2 = torch.ones(8)\nbeta = torch.ones(9)"
+    )
+    search = page.locator("input.jp-TorchDevices-filter")
+    views_before = int(page.locator(PANEL).get_attribute("data-views"))
+    search.fill("alpha")
+    expect(page.locator("tr.jp-TorchDevices-row")).to_have_count(2)
+    expect(page.locator(row("alpha1"))).to_be_visible()
+    expect(page.locator(row("beta"))).to_have_count(0)
+    expect(page.locator(".jp-TorchDevices-summary")).to_contain_text("Rows 1–2 of 2 (filtered from")
+    # the kernel filtered: it sent a new window
+    assert int(page.locator(PANEL).get_attribute("data-views")) > views_before
+    search.fill("")
+    expect(page.locator(row("beta"))).to_be_visible()
+
+
+def test_sidebar_columns_are_not_clipped_at_three_widths(lab):
+    page = lab.page
+    ensure_x_and_model_on_cpu(page)
+    run_cell(page, f"{LONG_NAME} = torch.ones(3, requires_grad=True)\n{LONG_NAME}.sum().backward()")
+    expect(page.locator(row(LONG_NAME))).to_be_visible()
+    if page.locator('.jp-SideBar.jp-mod-left li.lm-mod-current[data-id="filebrowser"]').count():
+        page.click('.jp-SideBar.jp-mod-left li[data-id="filebrowser"]')
+    default = page.locator(PANEL).bounding_box()["width"]
+    for label, width in (("default", None), ("narrow", 260), ("wide", 640)):
+        shown = default if width is None else set_sidebar_width(page, width)
+        problems = page.evaluate(
+            CLIPPED_JS,
+            [
+                "#torchdevice-magic-panel table",
+                "td.jp-TorchDevices-cell-name, td.jp-TorchDevices-cell-size, "
+                "th.jp-TorchDevices-cell-name, th.jp-TorchDevices-cell-size",
+                "#torchdevice-magic-panel",
+            ],
+        )
+        assert problems == [], f"{label} sidebar ({shown:.0f} px): {problems}"
+        path = IMAGES / f"sidebar-{label}.png"
+        if should_write(path, "UPDATE_SCREENSHOTS"):
+            IMAGES.mkdir(parents=True, exist_ok=True)
+            page.mouse.move(0, 0)
+            page.locator(PANEL).screenshot(path=str(path))
+    set_sidebar_width(page, default)
+
+
+def test_widget_columns_are_not_clipped_at_three_widths(lab):
+    page = lab.page
+    ensure_x_and_model_on_cpu(page)
+    run_cell(page, f"{LONG_NAME} = torch.ones(3, requires_grad=True)\n{LONG_NAME}.sum().backward()")
+    cell = run_cell(page, "%devices")
+    page.click(TAB)  # the notebook's full width: close the right sidebar
+    expect(page.locator(PANEL)).to_be_hidden()
+    output = cell.locator(".jp-OutputArea")
+    expect(output.locator(".jupyter-widgets").first).to_be_visible(timeout=30_000)
+    expect(output).to_contain_text(LONG_NAME)
+    expect(output).to_contain_text("as of [")
+    output.evaluate("e => { e.id = 'tdm-widget-output'; }")
+    try:
+        for label, width in (("wide", 1280), ("medium", 900), ("narrow", 640)):
+            page.set_viewport_size({"width": width, "height": 800})
+            page.wait_for_timeout(300)
+            problems = page.evaluate(
+                CLIPPED_JS,
+                [
+                    "#tdm-widget-output",
+                    ".tdm-cell-name, .tdm-cell-size, .tdm-cell-grad",
+                    "#tdm-widget-output",
+                ],
+            )
+            if problems:
+                chain = page.evaluate(
+                    """() => { const out = []; let e = document.querySelector('#tdm-widget-output .tdm-cell-name');
+                    while (e && e.id !== 'tdm-widget-output') { const cs = getComputedStyle(e);
+                    out.push(`${e.tagName}.${e.className} w=${e.getBoundingClientRect().width} disp=${cs.display} minw=${cs.minWidth} ov=${cs.overflow} flex=${cs.flex}`);
+                    e = e.parentElement; } return out; }"""
+                )
+                print("\n".join(chain))
+            assert problems == [], f"widget at {width} px: {problems}"
+            path = IMAGES / f"widget-{label}.png"
+            if should_write(path, "UPDATE_SCREENSHOTS"):
+                IMAGES.mkdir(parents=True, exist_ok=True)
+                output.evaluate("e => e.scrollIntoView({block: 'center'})")
+                page.mouse.move(0, 0)
+                output.screenshot(path=str(path))
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 800})
+        open_sidebar(page)
+
+
+def test_unload_leaves_one_clear_state(lab):
+    page = lab.page
+    ensure_loaded(page)
+    run_cell(page, "%unload_ext torchdevice_magic")
+    panel = page.locator(PANEL)
+    expect(panel).to_have_attribute("data-state", "not-loaded")
+    expect(page.locator(".jp-TorchDevices-noticeText")).to_have_text(
+        "torchdevice_magic is not loaded in this kernel."
+    )
+    expect(page.locator(STATUS)).to_have_text("")
+    expect(page.locator("tr.jp-TorchDevices-row")).to_have_count(0)
+    page.click(LOAD)
+    expect(panel).to_have_attribute("data-state", "ready")
 
 
 # Records, for one cell, when its prompt gets its number and when the sidebar row appears

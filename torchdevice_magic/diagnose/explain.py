@@ -166,12 +166,17 @@ class Diagnosis:
                 f"{e(format_bytes(_shown_bytes(c)))}{e(_culprit_where(c))}) on {devs}</li>"
             )
         culprits = f"<ul>{''.join(items)}</ul>" if items else f"<p>{e(self.summary())}</p>"
-        fixes = "".join(f"<pre>{e(line)}</pre>" for line in self.fix_text_lines())
+        # JupyterLab's output CSS breaks <pre> text anywhere (word-break: break-all): a fix line
+        # may wrap at its spaces, never inside `x.to("cuda:0")` (issue 12)
+        fixes = "".join(
+            f'<pre style="{_FIX_STYLE}">{e(line)}</pre>' for line in self.fix_text_lines()
+        )
         note = f"<p><b>Note:</b> {e(self.note)}</p>" if self.note else ""
         return (
             '<div class="torchdevice-magic-diagnosis">'
             f"<p><b>{e(self._headline())}</b> "
-            f"<small>({e(self.kind)})</small></p>"
+            # the rule's code in words ("found two devices"), not "found_two_devices" (issue 12)
+            f"<small>({e(self.kind.replace('_', ' '))})</small></p>"
             f"{culprits}{fixes}{note}"
             f"<details><summary>Original message</summary><pre>{e(self.message)}</pre>"
             "</details></div>"
@@ -195,6 +200,9 @@ class Diagnosis:
             "why_no_fix": self.why_no_fix,
             "action": self.action.to_dict() if self.action is not None else None,
         }
+
+
+_FIX_STYLE = "white-space:pre-wrap;word-break:normal;overflow-wrap:normal"
 
 
 def _shown_bytes(c: Culprit) -> int:

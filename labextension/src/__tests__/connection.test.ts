@@ -13,7 +13,8 @@ import {
   IHarness,
   loadFixture,
   q,
-  rowNames
+  rowNames,
+  withView
 } from './fakes';
 
 const disposables: { dispose(): void }[] = [];
@@ -119,7 +120,7 @@ describe('states', () => {
     // No kernel-opened comm arrived: the sidebar opened a new one.
     expect(kernel.comms).toHaveLength(2);
     const comm = kernel.liveComm!;
-    expect(comm.opened[0]).toMatchObject({ type: 'refresh', version: 1 });
+    expect(comm.opened[0]).toEqual({}); // opening is the request
     comm.receive(loadFixture('basic'));
     expect(panel.node.dataset.state).toBe('ready');
     expect(load.hidden).toBe(true);
@@ -175,10 +176,10 @@ describe('states', () => {
 
     const comm = kernel.openCommFromKernel({});
     // It asks for a snapshot on the new comm.
-    expect(comm.sent[0]).toMatchObject({ type: 'refresh', version: 1 });
+    expect(comm.sent[0]).toMatchObject({ type: 'refresh', version: 2 });
     comm.receive(loadFixture('basic'));
     expect(panel.node.dataset.state).toBe('ready');
-    expect(rowNames(panel)).toHaveLength(loadFixture('basic').rows.length);
+    expect(rowNames(panel)).toHaveLength(loadFixture('basic').window.rows.length);
   });
 
   it('a kernel-opened comm carrying a snapshot replaces the old comm', async () => {
@@ -187,7 +188,7 @@ describe('states', () => {
     const comm = h.kernel.openCommFromKernel(snapshot);
     expect(h.comm.closedByFrontend).toBe(true);
     expect(comm.sent).toHaveLength(0);
-    expect(rowNames(h.panel).sort()).toEqual(snapshot.rows.map(r => r.name).sort());
+    expect(rowNames(h.panel).sort()).toEqual(snapshot.window.rows.map(r => r.name).sort());
     // Only the new comm is used from now on.
     q<HTMLButtonElement>(h.panel.node, 'button.jp-TorchDevices-refresh').click();
     expect(comm.sent).toHaveLength(1);
@@ -201,14 +202,16 @@ describe('states', () => {
   });
 
   it('busy: keeps the last snapshot, says so, and holds moves', async () => {
-    const snapshot = { ...loadFixture('cuda'), can_undo: true };
+    const snapshot = withView('basic', v => {
+      v.header.buttons.undo = { enabled: true, label: 'Undo', reason: 'Undo: Moved 1 object' };
+    });
     const h = await harness(snapshot);
     h.session.setStatus('busy');
     const busy = q(h.panel.node, '.jp-TorchDevices-busy');
     expect(busy.hidden).toBe(false);
     expect(busy.textContent).toBe(BUSY_NOTICE);
     expect(h.panel.node.dataset.busy).toBe('true');
-    expect(rowNames(h.panel)).toHaveLength(snapshot.rows.length);
+    expect(rowNames(h.panel)).toHaveLength(snapshot.window.rows.length);
     expect(q<HTMLButtonElement>(h.panel.node, 'button.jp-TorchDevices-moveAll').disabled).toBe(
       true
     );
@@ -273,11 +276,11 @@ describe('states', () => {
     expect(next.targets.has('torchdevice_magic')).toBe(true);
     await flush();
     expect(next.comms).toHaveLength(1);
-    next.comms[0].receive(loadFixture('cuda'));
+    next.comms[0].receive(loadFixture('mixed'));
     expect(h.panel.node.dataset.state).toBe('ready');
     expect(rowNames(h.panel).sort()).toEqual(
-      loadFixture('cuda')
-        .rows.map(r => r.name)
+      loadFixture('mixed')
+        .window.rows.map(r => r.name)
         .sort()
     );
     h.session.changeKernel(null);
@@ -293,15 +296,118 @@ describe('states', () => {
 
   it('the panel follows a connection switch', async () => {
     const a = await harness(loadFixture('basic'));
-    const b = await harness(loadFixture('cuda'));
+    const b = await harness(loadFixture('mixed'));
     a.panel.setConnection(b.connection, 'b.ipynb');
     expect(rowNames(a.panel).sort()).toEqual(
-      loadFixture('cuda')
-        .rows.map(r => r.name)
+      loadFixture('mixed')
+        .window.rows.map(r => r.name)
         .sort()
     );
     expect(q(a.panel.node, '.jp-TorchDevices-context').textContent).toBe('b.ipynb');
     a.panel.setConnection(null);
     expect(a.panel.node.dataset.state).toBe('no-notebook');
+  });
+
+  it('unload: one clear state, no stale status line', async () => {
+    const h = await harness();
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 2,
+      type: 'reply',
+      seq: 2,
+      request_id: 'x',
+      ok: true,
+      message: 'Moved 1 object (4 B) to meta in 1 ms',
+      outcome: null
+    });
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 2,
+      type: 'unloaded',
+      seq: 3,
+      message: 'torchdevice_magic was unloaded from this kernel'
+    });
+    expect(h.panel.node.dataset.state).toBe('not-loaded');
+    expect(notice(h.panel)).toBe('torchdevice_magic is not loaded in this kernel.');
+    expect(q(h.panel.node, '.jp-TorchDevices-status').textContent).toBe('');
+    expect(rowNames(h.panel)).toEqual([]);
+    expect(loadButton(h.panel).hidden).toBe(false);
+  });
+
+  it('restart clears the status line', async () => {
+    const h = await harness();
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 2,
+      type: 'reply',
+      seq: 2,
+      request_id: 'x',
+      ok: true,
+      message: 'Moved 1 object',
+      outcome: null
+    });
+    h.session.setStatus('restarting');
+    expect(q(h.panel.node, '.jp-TorchDevices-status').textContent).toBe('');
+    expect(notice(h.panel)).toBe('The kernel is restarting…');
+  });
+});
+
+describe('extension points for other message types', () => {
+  it('every checked message is announced; send() puts a request on the comm', async () => {
+    const h = await harness();
+    const seen: string[] = [];
+    h.connection.messageReceived.connect((_, message) => {
+      seen.push(message.type);
+    });
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 2,
+      type: 'unloaded',
+      seq: 9,
+      message: 'gone'
+    });
+    expect(seen).toEqual(['unloaded']);
+    const h2 = await harness();
+    const id = h2.connection.send('refresh', {});
+    expect(id).not.toBeNull();
+    expect(h2.comm.sent[h2.comm.sent.length - 1]).toMatchObject({
+      type: 'refresh',
+      request_id: id,
+      version: 2
+    });
+  });
+});
+
+describe('sequence', () => {
+  it('a delta after another kernel message (a rerun) still applies', async () => {
+    const h = await harness();
+    const seq = loadFixture('basic').seq;
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 2,
+      type: 'rerun',
+      seq: seq + 1,
+      cell_id: 'c-1'
+    });
+    const sentBefore = h.comm.sent.length;
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 2,
+      type: 'delta',
+      seq: seq + 2,
+      base: seq + 1,
+      header: null,
+      window: {
+        upsert: [],
+        remove: ['y'],
+        order: loadFixture('basic')
+          .window.rows.map(r => r.key)
+          .filter(k => k !== 'y'),
+        matching: 6,
+        total: 6
+      }
+    });
+    expect(rowNames(h.panel)).not.toContain('y');
+    expect(h.comm.sent.length).toBe(sentBefore); // no window re-request
   });
 });

@@ -11,20 +11,30 @@ import { Signal } from '@lumino/signaling';
 
 import { DeviceConnection } from '../connection';
 import { DevicePanel } from '../panel';
-import type { ISnapshot } from '../protocol';
+import type { IViewMessage } from '../protocol';
 
 export const FIXTURE_DIR = path.resolve(__dirname, '..', '..', '..', 'tests', 'fixtures');
 
 export function fixtureNames(): string[] {
   return fs
     .readdirSync(FIXTURE_DIR)
-    .filter(name => name.startsWith('snapshot_') && name.endsWith('.json'))
+    .filter(name => name.startsWith('view_') && name.endsWith('.json'))
     .sort();
 }
 
-export function loadFixture(name: string): ISnapshot {
-  const file = name.endsWith('.json') ? name : `snapshot_${name}.json`;
-  return JSON.parse(fs.readFileSync(path.join(FIXTURE_DIR, file), 'utf-8')) as ISnapshot;
+export function loadFixture(name: string): IViewMessage {
+  const file = name.endsWith('.json') ? name : `view_${name}.json`;
+  return JSON.parse(fs.readFileSync(path.join(FIXTURE_DIR, file), 'utf-8')) as IViewMessage;
+}
+
+/** A fixture view with some fields changed (a fresh copy each time). */
+export function withView(
+  name: string,
+  change: (view: IViewMessage) => void = () => undefined
+): IViewMessage {
+  const view = loadFixture(name);
+  change(view);
+  return view;
 }
 
 const done = { done: Promise.resolve({}) };
@@ -196,7 +206,7 @@ export interface IHarness {
  * A panel showing a connection whose probe comm is open; when `snapshot` is
  * given the kernel has answered with it.
  */
-export async function connectedPanel(snapshot?: ISnapshot): Promise<IHarness> {
+export async function connectedPanel(snapshot?: IViewMessage): Promise<IHarness> {
   const kernel = new FakeKernel();
   const session = new FakeSessionContext(kernel);
   const connection = new DeviceConnection(session as unknown as ISessionContext, {

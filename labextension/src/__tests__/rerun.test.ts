@@ -14,16 +14,22 @@ describe('rerun', () => {
     expect(isRerunMessage(null)).toBe(false);
   });
 
-  it('the connection asks for the cell to be re-run and keeps its snapshot', async () => {
+  it('the connection asks for the cell to be re-run and keeps its view', async () => {
     const h = await connectedPanel(loadFixture('basic'));
     const asked: string[] = [];
     h.connection.rerunRequested.connect((_, cellId) => {
       asked.push(cellId);
     });
-    const before = h.connection.snapshot;
-    h.comm.receive({ protocol: 'torchdevice_magic', version: 1, type: 'rerun', cell_id: 'c-42' });
+    const before = h.connection.view;
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 2,
+      type: 'rerun',
+      seq: 9,
+      cell_id: 'c-42'
+    });
     expect(asked).toEqual(['c-42']);
-    expect(h.connection.snapshot).toBe(before);
+    expect(h.connection.view?.rows).toBe(before?.rows);
     h.panel.dispose();
     h.connection.dispose();
   });

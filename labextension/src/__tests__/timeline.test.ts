@@ -30,7 +30,7 @@ const row = (
 
 const message = (rows: ITimelineRow[], seq = 3): ITimelineMessage => ({
   protocol: 'torchdevice_magic',
-  version: 1,
+  version: 2,
   type: 'timeline',
   seq,
   rows

@@ -1,0 +1,250 @@
+"""The view model: rows, sort orders, filters, windows, button states with reasons, and deltas
+that reproduce a fresh window exactly (a property test over random namespace histories)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from torchdevice_magic import scan
+from torchdevice_magic import viewmodel as vm
+from torchdevice_magic.viewmodel import Target, WindowSpec
+
+CPU_AND_META = (Target("cpu", True, ""), Target("meta", True, ""))
+CPU_ONLY = (
+    Target("cpu", True, ""),
+    Target("cuda", False, "CUDA is not available in this kernel"),
+    Target("meta", False, "moving to meta is turned off: meta tensors keep no data"),
+)
+
+
+def names(window: vm.Window) -> list[str]:
+    return [row.name for row in window.rows]
+
+
+def test_names_sort_naturally_x2_before_x10() -> None:
+    inv = scan({f"x{i}": torch.ones(1) for i in (10, 2, 1, 100, 20)})
+    shown = vm.window(inv.records, WindowSpec(sort="name"), None)
+    assert names(shown) == ["x1", "x2", "x10", "x20", "x100"]
+
+
+def test_size_sort_uses_real_bytes_and_grads_stand_apart() -> None:
+    big = torch.ones(1000)  # 3.9 KiB
+    small = torch.ones(300, requires_grad=True)
+    small.grad = torch.ones(300)  # its grad does not make the row bigger than mid
+    inv = scan({"small": small, "big": big, "mid": torch.ones(500)})
+    rows = vm.window(inv.records, WindowSpec(), None).rows
+    assert [r.name for r in rows] == ["big", "mid", "small"]
+    by_name = {r.name: r for r in rows}
+    assert by_name["small"].size == "1.2 KiB"
+    assert by_name["small"].grad == "1.2 KiB"
+    assert by_name["big"].grad == ""
+    # one figure per row: no "+ grad" inside the size text
+    assert all("grad" not in r.size for r in rows)
+
+
+def test_module_size_is_its_data_and_its_grads_apart() -> None:
+    model = torch.nn.Linear(100, 10)
+    model(torch.ones(1, 100)).sum().backward()
+    inv = scan({"model": model})
+    (row,) = vm.window(inv.records, WindowSpec(), None).rows
+    assert row.size_bytes == (1000 + 10) * 4
+    assert row.grad_bytes == (1000 + 10) * 4
+    assert row.shape == "1,010 params"
+    head = vm.header(inv, CPU_ONLY)
+    assert "gradients" in head.totals_note
+    assert head.bars[0].bytes == 2 * (1010 * 4)
+
+
+def test_meta_rows_say_what_they_would_need() -> None:
+    inv = scan({"w": torch.empty(1024, device="meta")})
+    (row,) = vm.window(inv.records, WindowSpec(), None).rows
+    assert row.size == "0 B (meta; needs 4.0 KiB)"
+    assert not row.action.enabled
+    assert "cannot be moved" in row.action.reason
+
+
+def test_filter_by_name_type_and_device() -> None:
+    ns = {"alpha": torch.ones(2), "beta": torch.ones(2), "net": torch.nn.Linear(2, 2)}
+    ns["ghost"] = torch.empty(3, device="meta")
+    inv = scan(ns)
+    assert names(vm.window(inv.records, WindowSpec(filter="ALP"), None)) == ["alpha"]
+    assert names(vm.window(inv.records, WindowSpec(filter="linear"), None)) == ["net"]
+    assert names(vm.window(inv.records, WindowSpec(filter="meta"), None)) == ["ghost"]
+    shown = vm.window(inv.records, WindowSpec(filter="tensor cpu", sort="name"), None)
+    assert names(shown) == ["alpha", "beta"]
+    assert shown.matching == 2 and shown.total == 4
+
+
+def test_paging_windows_cover_everything_once() -> None:
+    inv = scan({f"t{i}": torch.ones(i + 1) for i in range(23)})
+    seen = []
+    for offset in range(0, 23, 5):
+        page = vm.window(inv.records, WindowSpec(offset=offset, limit=5), None)
+        assert page.matching == 23
+        seen += names(page)
+    assert seen == [f"t{i}" for i in range(22, -1, -1)]  # biggest first
+    reverse = vm.window(inv.records, WindowSpec(reverse=True, limit=3), None)
+    assert names(reverse) == ["t0", "t1", "t2"]
+
+
+def test_default_target_is_not_the_cpu_when_another_device_is_enabled() -> None:
+    assert vm.choose_target(CPU_AND_META, None, None) == "meta"
+    assert vm.choose_target(CPU_ONLY, None, None) == "cpu"
+    assert vm.choose_target(CPU_AND_META, "cpu", "meta") == "cpu"
+    assert vm.choose_target(CPU_ONLY, "meta", None) == "cpu"  # disabled: not chosen
+
+
+def test_buttons_are_enabled_only_when_useful_and_say_why_not() -> None:
+    inv = scan({"x": torch.ones(3)})
+    head = vm.header(inv, CPU_ONLY)
+    assert head.target == "cpu"
+    assert not head.move_all.enabled
+    assert head.move_all.reason == "nothing to move: everything movable is already on cpu"
+    assert not head.undo.enabled and head.undo.reason == "nothing to undo"
+    (row,) = vm.window(inv.records, WindowSpec(), head.target).rows
+    assert not row.action.enabled and row.action.reason == "x is already on cpu"
+    assert not vm.move_selected_action(head, []).enabled
+
+    head = vm.header(inv, CPU_AND_META)
+    assert head.target == "meta" and head.move_all.enabled
+    assert vm.move_selected_action(head, []).reason == "check rows to move them"
+    assert vm.move_selected_action(head, ["x"]).enabled
+    # undo on a CPU-only machine whose only other device is meta
+    assert "only other device here is meta" in head.undo.reason
+    assert vm.header(inv, CPU_AND_META, undo_summary="Moved 1 object").undo.enabled
+
+    empty = vm.header(scan({}), CPU_AND_META)
+    assert not empty.move_all.enabled and empty.move_all.reason == "nothing to move"
+    assert empty.message
+
+
+def test_an_optimizer_without_state_says_so() -> None:
+    model = torch.nn.Linear(2, 2)
+    inv = scan({"model": model, "opt": torch.optim.Adam(model.parameters())})
+    rows = {r.name: r for r in vm.window(inv.records, WindowSpec(), "meta").rows}
+    assert not rows["opt"].action.enabled
+    assert "no state yet" in rows["opt"].action.reason
+    assert rows["model"].action.enabled
+
+
+def test_internal_codes_are_said_in_words() -> None:
+    assert vm.in_words("not_on_expected_device") == (
+        "a tensor is not on the device the operation expected"
+    )
+    assert vm.in_words("some_other_code") == "some other code"
+    assert vm.in_words("x is already on cpu") == "x is already on cpu"
+
+
+def test_output_history_is_listed_apart_from_the_totals() -> None:
+    counts = vm.Tally("meta")
+    hidden = scan({"Out": {3: torch.ones(250_000)}, "x": torch.ones(1)}, include_hidden=True)
+    counts.add(hidden.records)
+    note = vm.totals_note(counts)
+    if counts.hidden:
+        assert "+ 976.6 KiB held by output history" in note
+
+
+# -- deltas: applied to the previous window they give exactly a fresh window ----------------------
+
+_names = st.sampled_from([f"v{i}" for i in range(12)] + ["alpha", "Beta", "x2", "x10"])
+_steps = st.lists(
+    st.tuples(st.sampled_from(["bind", "delete", "grad", "module"]), _names, st.integers(1, 40)),
+    min_size=1,
+    max_size=8,
+)
+_specs = st.builds(
+    WindowSpec,
+    sort=st.sampled_from(vm.SORTS),
+    reverse=st.booleans(),
+    filter=st.sampled_from(["", "v", "x", "linear", "tensor", "1", "zzz"]),
+    offset=st.integers(0, 6),
+    limit=st.integers(1, 8),
+    target=st.none(),
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    spec=_specs,
+    history=st.lists(_steps, min_size=1, max_size=5),
+    target=st.sampled_from(["cpu", "meta", None]),
+)
+def test_deltas_reproduce_a_fresh_window(spec, history, target) -> None:
+    namespace: dict = {"base": torch.ones(5)}
+    inventory = scan(namespace)
+    live = vm.LiveWindow(spec)
+    shown = live.reset(inventory.records, spec, target)
+    assert shown == vm.window(inventory.records, spec, target)
+    for steps in history:
+        for action, name, size in steps:
+            if action == "bind":
+                namespace[name] = torch.ones(size)
+            elif action == "delete":
+                namespace.pop(name, None)
+            elif action == "grad":
+                tensor = torch.ones(size, requires_grad=True)
+                tensor.grad = torch.ones(size)
+                namespace[name] = tensor
+            else:
+                namespace[name] = torch.nn.Linear(size, 2)
+        inventory = scan(namespace, previous=inventory, changed=tuple(namespace))
+        delta = live.update(inventory.records)
+        fresh = vm.window(inventory.records, spec, target)
+        after = shown if delta is None else vm.apply_delta(shown, delta)
+        assert after == fresh
+        shown = after
+
+
+def test_a_cell_that_changes_nothing_gives_no_delta() -> None:
+    namespace = {f"t{i}": torch.ones(i + 1) for i in range(50)}
+    inventory = scan(namespace)
+    live = vm.LiveWindow(WindowSpec())
+    live.reset(inventory.records, WindowSpec(), "meta")
+    namespace["n"] = 3  # not tensor-related
+    inventory = scan(namespace, previous=inventory, changed=("n",))
+    assert live.update(inventory.records) is None
+    assert not live.records_changed
+    # a change outside the window: the counts change, not the rows
+    live2 = vm.LiveWindow(WindowSpec(limit=5))
+    live2.reset(inventory.records, WindowSpec(limit=5), "meta")
+    namespace["t0"] = torch.ones(2)
+    inventory = scan(namespace, previous=inventory, changed=("t0",))
+    assert live2.update(inventory.records) is None
+    assert live2.records_changed
+
+
+@pytest.mark.parametrize("sort", vm.SORTS)
+def test_every_sort_key_is_total(sort: str) -> None:
+    inv = scan({"a": torch.ones(2), "b": torch.nn.Linear(2, 2), "c": [torch.ones(1)]})
+    keys = [vm.sort_key(r, sort) for r in inv.records]
+    assert len(set(keys)) == len(keys)
+
+
+@settings(max_examples=60, deadline=None)
+@given(target=st.sampled_from(["cpu", "meta", "cuda", "cuda:0", "simdev:0"]))
+def test_the_tally_counts_exactly_the_rows_whose_button_is_enabled(target) -> None:
+    model = torch.nn.Linear(2, 2)
+    namespace = {
+        "x": torch.ones(3),
+        "m": torch.empty(4, device="meta"),
+        "model": model,
+        "opt": torch.optim.Adam(model.parameters()),
+        "batch": {"a": torch.ones(2), "b": torch.empty(2, device="meta")},
+        "Out": {3: torch.ones(5)},
+    }
+    records = scan(namespace, include_hidden=True).records
+    enabled = sum(vm.row_action(r, target).enabled for r in records)
+    assert vm.tally(records, target).actionable == enabled
+
+
+@given(st.text(alphabet="ab_XY019.[]'", min_size=1, max_size=12))
+def test_the_fast_natural_key_is_the_general_one(name) -> None:
+    import re
+
+    parts = re.split(r"(\d+)", name.lower())
+    expected = (tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), name)
+    vm._natural_cache.pop(name, None)
+    assert vm.natural_key(name) == expected
