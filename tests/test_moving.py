@@ -8,8 +8,6 @@ where undo and per-parameter restores need one.
 from __future__ import annotations
 
 import collections
-import subprocess
-import sys
 import types
 import warnings
 from typing import Any
@@ -965,17 +963,6 @@ def test_a_tensor_the_target_cannot_hold_fails_the_whole_move_with_a_short_reaso
     assert not result.ok and (result.failed or "").startswith("q: NotImplementedError: ")
     assert len(result.failed or "") < 300 and "\n" not in (result.failed or "")
     assert_same(before, snapshot(ns))
-
-
-def test_importing_the_engine_imports_neither_torch_nor_ipython() -> None:
-    code = (
-        "import sys\n"
-        "import torchdevice_magic.moves, torchdevice_magic.moves.plan\n"
-        "import torchdevice_magic.moves.transaction, torchdevice_magic.moves.undo\n"
-        "print(sorted({'torch', 'IPython', 'ipywidgets'} & set(sys.modules)))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
 
 
 def test_summary_names_what_was_skipped_and_why() -> None:

@@ -83,6 +83,8 @@ def test_kinds_of_everything_the_scan_knows():
         Kind.GRADSCALER: torch.amp.GradScaler("cpu"),
         Kind.DISTRIBUTION: torch.distributions.Normal(torch.zeros(1), torch.ones(1)),
     }
+    every_kind = {v for k, v in vars(Kind).items() if k.isupper()} - {Kind.NONE}
+    assert set(expected) == every_kind, "give each kind an example here"
     for kind, value in expected.items():
         assert O.kind_of(T, value) == kind, kind
     for value in (

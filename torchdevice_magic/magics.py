@@ -111,7 +111,8 @@ class DeviceMagics(Magics):
         session.suppress_auto_diagnosis += 1
         try:
             with tracer if tracer is not None else contextlib.nullcontext():
-                result = self.shell.run_cell(cell, store_history=False)
+                # registered by load() on a shell: self.shell is never None here
+                result = self.shell.run_cell(cell, store_history=False)  # type: ignore[union-attr]
         finally:
             session.suppress_auto_diagnosis -= 1
 
@@ -155,6 +156,7 @@ class DeviceMagics(Magics):
 
     def _cell_label(self, filename: str) -> str | None:
         """An earlier cell's code file as IPython's tracebacks show it: ``In[3]``."""
+        # a magic registered on a shell has one; IPython types Magics.shell as optional
         named = self.shell.compile.format_code_name(filename)  # type: ignore[union-attr]
         return named[1] if named else None
 

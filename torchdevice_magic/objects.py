@@ -759,6 +759,7 @@ def rebuilt(value: Any, kind: str, replacements: dict[Any, Any]) -> Any:
     if kind in (Kind.SEQUENCE, Kind.NAMEDTUPLE) and isinstance(value, tuple):
         items = [replacements.get(i, item) for i, item in enumerate(tuple.__iter__(value))]
         if kind == Kind.NAMEDTUPLE:
+            # a namedtuple class (checked by kind_of); mypy sees only tuple
             return type(value)._make(items)  # type: ignore[attr-defined]
         if type(value) is tuple:
             return tuple(items)

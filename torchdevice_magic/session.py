@@ -15,7 +15,7 @@ import time
 import weakref
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traitlets import Bool, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
@@ -23,6 +23,9 @@ from traitlets.config import Configurable
 from . import protocol, viewmodel
 from .memory import Timeline, device_figures, reset_peaks
 from .scanner import Inventory, Scanner, orphan_warning
+
+if TYPE_CHECKING:  # comm.py imports the ``comm`` package: loaded only by load()
+    from .comm import SidebarChannel
 
 log = logging.getLogger("torchdevice_magic")
 
@@ -102,7 +105,7 @@ class DeviceSession:
         self.last_undoable = True
         self._views: weakref.WeakSet[Any] = weakref.WeakSet()
         self._listeners: list[Callable[[DeviceSession], None]] = []
-        self._warned: set[tuple] = set()
+        self._warned: set[tuple[Any, ...]] = set()
         self._hook_failed = False
         self.suppress_auto_diagnosis = 0
         #: the running cell's ExecutionInfo (pre_run_cell): its source and cell id
@@ -110,6 +113,8 @@ class DeviceSession:
         #: the error the custom exception handler already explained (not explained twice)
         self._explained: BaseException | None = None
         self._previous_custom_exc: tuple[Any, Any] | None = None
+        #: the sidebar's comm channel (set by :func:`load`)
+        self.channel: SidebarChannel | None = None
         self.timeline = Timeline(last_error=self._last_cell_error)
         self._peak_from_cell_start = False
         self.config.observe(self._config_changed)
@@ -358,7 +363,9 @@ class DeviceSession:
     def record_memory(self, result: Any, names: tuple[str, ...], inventory: Inventory) -> None:
         """Add this cell to the memory timeline (reusing the hook's scan); warn about leaks."""
         cell = int(
-            getattr(result, "execution_count", None) or getattr(self.shell, "execution_count", 0)
+            getattr(result, "execution_count", None)
+            or getattr(self.shell, "execution_count", 0)
+            or 0
         )
         try:
             figures = device_figures()
@@ -442,12 +449,9 @@ class DeviceSession:
     def can_move(self, device: str, names: tuple[str, ...] | list[str]) -> str | None:
         """None when the move engine accepts this move (planned, nothing done), else why not."""
         try:
-            try:  # the move engine's planner (package ``moves``; ``moving`` before it)
-                from .moves import resolve_device  # type: ignore[import-not-found]
-                from .moves.plan import plan_move  # type: ignore[import-not-found]
-            except ImportError:
-                from .moving import _plan_move as plan_move
-                from .moving import resolve_device
+            from .moves import resolve_device
+            from .moves.plan import plan_move
+
             dest = resolve_device(device, self.config.allow_meta_target)
             plan_move(self.namespace, dest, list(names))
         except Exception as error:  # MoveError: the planner refused, with its reason
@@ -680,5 +684,6 @@ def unload(shell: Any) -> None:
     shell.magics_manager.registry.pop("DeviceMagics", None)
     if session.config in shell.configurables:
         shell.configurables.remove(session.config)
-    session.channel.unregister()
+    if session.channel is not None:
+        session.channel.unregister()
     delattr(shell, _SESSION_ATTRIBUTE)

@@ -142,7 +142,8 @@ def _guarded(method: Callable[..., None]) -> Callable[..., None]:
     return handler
 
 
-class DeviceTable(widgets.VBox):
+# ipywidgets publishes no type information: VBox is Any to mypy
+class DeviceTable(widgets.VBox):  # type: ignore[misc]
     """Every tensor, module, optimizer and tensor container of the kernel, with its device and
     memory, per-device totals, and buttons that move things (through ``session.move``).
 
@@ -499,11 +500,12 @@ class DeviceTable(widgets.VBox):
         if tuple(self.grid.children) != children:
             self.grid.children = children
         matching = window.matching if window is not None else 0
+        total = window.total if window is not None else 0
         start = self.page * self.page_size
         if matching:
             self.page_label.value = escape(
                 f"rows {start + 1:,}–{start + len(rows):,} of {matching:,}"
-                + (f" (filtered from {window.total:,})" if matching != window.total else "")
+                + (f" (filtered from {total:,})" if matching != total else "")
             )
         else:
             self.page_label.value = "no rows match" if self.filter_text.value else "no rows"

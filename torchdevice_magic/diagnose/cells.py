@@ -255,10 +255,12 @@ class Cell:
         placed = 0
         for old, new in zip(ast.walk(stmt), ast.walk(new_stmt), strict=False):
             if id(old) in targets:
+                # the deep copy walks in the same order: new is the copy of a creating Call
+                # (ast.walk yields AST, the helpers take that Call)
                 if targets[id(old)].wrap:
-                    _move_result(new, device)  # type: ignore[arg-type]
+                    _move_result(new, device)  # type: ignore[arg-type]  # a Call, see above
                 else:
-                    _place_on(new, device)  # type: ignore[arg-type]
+                    _place_on(new, device)  # type: ignore[arg-type]  # a Call, see above
                 placed += 1
         if placed == 0:
             return None

@@ -19,7 +19,7 @@ import keyword
 import re
 import sys
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -90,6 +90,7 @@ class _Candidate:
     src_cell: Cell | None = None  # for an expression in a function: that function's source
     lineno: int | None = None
     owner: str | None = None  # for "attribute": the module's namespace name (or None)
+    owner_id: int | None = None  # for "attribute": id() of that module, until it is named
     attr: str | None = None
     cls: Any = None  # for "attribute": the module's class (dropped after the fix is made)
     #: a local a Module method made itself (``h0 = torch.zeros(...)`` in forward()), read by
@@ -412,7 +413,7 @@ def _info_from_records(records: list[Any], label: str, obj: Any, torch: Any) -> 
         if not r.devices:
             return None
     # a container: its tensor elements (or one aggregated record)
-    by_device: dict[str, int] = {}
+    by_device = {}
     actual = 0
     count = 0
     for r in records:
@@ -464,8 +465,13 @@ def _info_from_records(records: list[Any], label: str, obj: Any, torch: Any) -> 
             anchor=anchor,
             modules=tuple(modules),
         )
+    lengths: dict[str, Callable[[Any], int]] = {
+        "dict": dict.__len__,
+        "list": list.__len__,
+        "tuple": tuple.__len__,
+    }
     try:
-        size = {"dict": dict.__len__, "list": list.__len__, "tuple": tuple.__len__}[container](obj)
+        size = lengths[container](obj)
     except Exception:
         size = count
     noun = "tensor" if count == 1 else "tensors"
@@ -544,7 +550,7 @@ class _Collector:
                     label=label,
                     loop_var=e.get("loop_var", False),
                     shares=frozenset(shares),
-                    owner=e.get("owner"),
+                    owner_id=e.get("owner"),
                     attr=e.get("attr"),
                     cls=e.get("cls"),
                     code=e.get("code"),
@@ -708,7 +714,7 @@ def _find_aliases(
     cands: list[_Candidate], collector: _Collector, namespace: Mapping[str, Any], torch: Any
 ) -> None:
     wanted = {c.obj_id: c for c in cands if c.where != "cell"}
-    owners = {c.owner: c for c in cands if c.owner is not None}
+    owners = {c.owner_id: c for c in cands if c.owner_id is not None}
     if not wanted and not owners:
         return
     try:
@@ -746,10 +752,10 @@ def _find_aliases(
             except Exception:
                 continue
     for c in cands:
-        if c.owner is not None:
-            root = owner_roots.get(c.owner)  # type: ignore[call-overload]
-            owner = owner_names.get(c.owner)
-            c.owner = owner  # type: ignore[assignment]
+        if c.owner_id is not None:
+            root = owner_roots.get(c.owner_id)
+            owner = owner_names.get(c.owner_id)
+            c.owner = owner
             if owner is not None:
                 c.alias = f"{owner}.{c.attr}"
             if root is not None and c.cls is not None and c.attr:
@@ -1156,7 +1162,7 @@ def frame_creations(
 
 def _running_codes(err: BaseException) -> frozenset[Any]:
     """The code objects on ``err``'s traceback."""
-    codes = []
+    codes: list[Any] = []
     tb = getattr(err, "__traceback__", None)
     while tb is not None and len(codes) < 10_000:
         try:
