@@ -2004,8 +2004,8 @@ def orphan_warning(name: str, unreachable: int, total: int) -> str:
     held = "all" if unreachable == total else f"{unreachable} of"
     return (
         f"{name} updates {held} {total} parameters that no variable here holds "
-        "(model re-created, or moved to meta, after the optimizer was made?): "
-        "make the optimizer again"
+        "(model deleted, re-created or moved to meta after the optimizer was made?): "
+        "make the optimizer again, or free them with %devices --holders"
     )
 
 
