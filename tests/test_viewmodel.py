@@ -248,3 +248,27 @@ def test_the_fast_natural_key_is_the_general_one(name) -> None:
     expected = (tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), name)
     vm._natural_cache.pop(name, None)
     assert vm.natural_key(name) == expected
+
+
+def test_the_diagnosis_and_the_table_show_one_size_for_a_model() -> None:
+    """One truth: a model with gradients is the same figure in the table and in a diagnosis
+    (gradients shown apart in the table's grad column)."""
+    from torchdevice_magic import diagnose
+
+    model = torch.nn.Linear(32, 32)
+    model(torch.ones(1, 32)).sum().backward()
+    x = torch.ones(1, 32, device="meta")
+    namespace = {"model": model, "x": x}
+    record = scan(namespace)["model"]
+    row = vm.make_row(record, target=None)
+    assert (
+        record.grad_bytes > 0
+        and row.size_bytes == record.data_bytes() == record.bytes - record.grad_bytes
+    )
+    try:
+        model(x)
+    except RuntimeError as error:
+        found = diagnose(error, namespace, "model(x)", allow_meta=True)
+    assert found is not None
+    shown = {c.name: c.bytes for c in found.culprits}
+    assert shown["model"] == row.size_bytes

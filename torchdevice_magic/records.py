@@ -51,9 +51,12 @@ class Record:
     def device(self) -> str:
         return ", ".join(self.devices) if self.devices else "-"
 
-    def size_order(self) -> tuple[int, str]:
-        """Sort key of every view: biggest first (meta rows by what they would need), then name."""
-        return (-max(self.bytes, self.would_need_bytes), self.name)
+    def data_bytes(self) -> int:
+        """The object's own data, gradients apart: the one size figure every view shows (the
+        table's size column, the diagnosis); a module's ``bytes`` include its gradients."""
+        if self.kind == "module":
+            return max(self.bytes - self.grad_bytes, 0)
+        return self.bytes
 
     def to_dict(self) -> dict[str, Any]:
         """The protocol row (see :mod:`torchdevice_magic.protocol`)."""

@@ -77,21 +77,14 @@ def natural_key(name: str) -> tuple[Any, ...]:
     return key
 
 
-def data_bytes(record: Any) -> int:
-    """The object's own data, gradients apart (a module's bytes include its gradients)."""
-    if record.kind == "module":
-        return max(record.bytes - record.grad_bytes, 0)
-    return record.bytes
-
-
 def sort_key(record: Any, sort: str) -> tuple[Any, ...]:
     """Every view sorts with this: size by the real bytes (biggest first), then name."""
     if sort == "size":
-        return (-data_bytes(record), -record.would_need_bytes, natural_key(record.name))
+        return (-record.data_bytes(), -record.would_need_bytes, natural_key(record.name))
     if sort == "device":
         return (
             tuple(map(device_sort_key, record.devices)),
-            -data_bytes(record),
+            -record.data_bytes(),
             natural_key(record.name),
         )
     if sort == "type":
@@ -174,7 +167,7 @@ def shape_text(record: Any) -> str:
 
 
 def size_text(record: Any) -> str:
-    own = data_bytes(record)
+    own = record.data_bytes()
     if record.devices == ("meta",) or (own == 0 and record.would_need_bytes):
         return f"0 B (meta; needs {format_bytes(record.would_need_bytes - record.grad_bytes)})"
     text = format_bytes(own)
@@ -253,7 +246,7 @@ def make_row(record: Any, target: str | None, root_devices: Sequence[str] | None
         dtype=record.dtype or "",
         shape=shape_text(record),
         size=size_text(record),
-        size_bytes=data_bytes(record),
+        size_bytes=record.data_bytes(),
         grad=grad,
         grad_bytes=record.grad_bytes,
         status=status_text(record),

@@ -45,7 +45,7 @@ _ROW_STYLE = (
     # minimum width of what holds it (else the HTML widget grows to the row's natural width)
     "width:0;min-width:100%"
 )
-#: size, grad: never cut (they take the width of their text); the rest shrink.
+#: size, grad, device: never cut (they take the width of their text); the rest shrink.
 _WHOLE_CELL = "flex:0 0 auto;padding-right:1.5ch"
 #: the name is never cut either: where the output is too narrow for it, it wraps (anywhere:
 #: names have no spaces) and keeps the size beside it in sight
@@ -85,10 +85,13 @@ def _cells(row: Row | None, widths: dict[str, int]) -> str:
         value = values[column]
         if column == "name":
             style = f"{_NAME_CELL};width:{widths[column]}ch"
-        elif column in widths:
-            style = f"{_WHOLE_CELL};width:{widths[column]}ch"
+        elif column in _CUT_LIMITS:
+            style = (
+                f"{_CUT_CELL};flex-basis:{widths[column]}ch;width:{widths[column]}ch;"
+                f"flex-shrink:{_SHRINK[column]}"
+            )
         else:
-            style = _CUT_CELL
+            style = f"{_WHOLE_CELL};width:{widths[column]}ch"
         shown = f"<b>{escape(value)}</b>" if row is None else escape(value)
         parts.append(
             f'<span class="tdm-cell-{column}" style="{style}" title="{escape(value)}">'
@@ -97,14 +100,23 @@ def _cells(row: Row | None, widths: dict[str, int]) -> str:
     return f'<div class="tdm-row" style="{_ROW_STYLE}">{"".join(parts)}</div>'
 
 
+#: columns that may be cut (with an ellipsis) when the output is narrow, and the most they take
+_CUT_LIMITS = {"dtype": 10, "shape": 18, "type": 16, "status": 48}
+#: how much each cut column gives up when the row is too narrow: the status text first, the
+#: facts that tell rows apart (dtype, shape, type) last; name, size, grad and device never
+_SHRINK = {"dtype": 1, "shape": 1, "type": 1, "status": 40}
+
+
 def _column_widths(rows: tuple[Row, ...]) -> dict[str, int]:
-    """Widths (in ch) that fit every name, size and grad figure on the page: never cut."""
-    widths = {"name": 4, "size": 4, "grad": 4}  # at least the header's own labels
+    """Widths (in ch) for every column, from the whole page: name, size and grad fit every
+    figure (never cut); the others fit their longest text up to a limit. Every row gets the same
+    widths, so the columns line up however each row's text runs."""
+    widths = {column: len(column) for column in _DRAWN}  # at least the header's own labels
     for row in rows:
-        widths["name"] = max(widths["name"], len(row.name))
-        widths["size"] = max(widths["size"], len(row.size))
-        if row.grad:
-            widths["grad"] = max(widths["grad"], len(row.grad))
+        for column in _DRAWN:
+            widths[column] = max(widths[column], len(getattr(row, column) or ""))
+    for column, limit in _CUT_LIMITS.items():
+        widths[column] = min(widths[column], limit)
     return {k: v + 1 for k, v in widths.items()}
 
 

@@ -393,7 +393,7 @@ def _info_from_records(records: list[Any], label: str, obj: Any, torch: Any) -> 
                 kind=r.type,
                 category="module",
                 by_device=by_device,
-                actual=int(r.bytes),
+                actual=r.data_bytes(),  # the figure the table shows: gradients apart
                 meta_params="meta" in r.devices,
                 anchor=dict(by_device),
             )
