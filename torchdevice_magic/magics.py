@@ -52,8 +52,8 @@ class DeviceMagics(Magics):
         "-d",
         "--device",
         metavar="DEVICE",
-        help="The device fixes should move things to (default: the best available, "
-        "cuda -> mps -> xpu -> cpu).",
+        help="The device fixes should move things to (default: TorchDeviceMagic.default_device; "
+        "if empty, the small thing moves to where the big thing is).",
     )
     @argument(
         "--to",

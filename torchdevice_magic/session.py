@@ -37,7 +37,7 @@ class TorchDeviceMagic(Configurable):
     ``%config TorchDeviceMagic.<name> = value`` in a running kernel)."""
 
     auto_diagnose = Bool(
-        True, help="Explain device-mismatch errors under the traceback of any cell."
+        True, help="Explain device-mismatch errors above the traceback of any cell."
     ).tag(config=True)
     warn_on_mixed = Bool(
         True,
@@ -46,8 +46,8 @@ class TorchDeviceMagic(Configurable):
     ).tag(config=True)
     default_device = Unicode(
         "",
-        help="The device fixes and moves suggest by default; empty: the best available "
-        "(cuda -> mps -> xpu -> cpu).",
+        help="The device fixes and moves suggest by default; empty: moves offer the best "
+        "available (cuda -> mps -> xpu -> cpu), fixes follow the model.",
     ).tag(config=True)
 
     @validate("default_device")
