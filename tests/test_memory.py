@@ -752,3 +752,28 @@ def test_a_device_error_s_frames_are_a_holder_though_sys_last_value_is_not_set(i
     finally:
         if saved is not None:
             sys.last_type, sys.last_value, sys.last_traceback = saved
+
+
+def test_a_device_error_traceback_kept_for_debug_is_a_holder_after_later_cells(ip):
+    """IPython keeps the last traceback for %debug (InteractiveTB.tb) after the cell is over;
+    a device error shown with the short traceback leaves sys.last_value alone, so holders
+    must still find the failed function's batch there, cells later, and release must free it."""
+    from torchdevice_magic.session import get_session
+
+    run(ip, "import torch, weakref\nmodel = torch.nn.Linear(64, 8).to('meta')\nrefs = []")
+    run(
+        ip,
+        "def train(model):\n    batch = torch.randn(512, 64)\n"
+        "    refs.append(weakref.ref(batch))\n    return model(batch)\n",
+    )
+    result, _, shown = run(ip, "train(model)")
+    assert not result.success and "Device mismatch" in shown
+    run(ip, "x = 1")  # later cells: the failed one is over
+    run(ip, "y = 2")
+    assert ip.user_ns["refs"][0]() is not None  # IPython still keeps the frames
+    session = get_session(ip)
+    holder = next(h for h in session.holders() if h.kind == "traceback")
+    assert "train() local 'batch'" in holder.where and holder.bytes >= 512 * 64 * F32
+    assert holder.release() >= holder.bytes
+    assert ip.user_ns["refs"][0]() is None  # the batch is freed
+    assert all(h.kind != "traceback" for h in session.holders())

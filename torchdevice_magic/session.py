@@ -120,6 +120,9 @@ class DeviceSession:
         self.running: Any = None
         #: the error the custom exception handler already explained (not explained twice)
         self._explained: BaseException | None = None
+        #: the last error the exception handler showed (a holder of memory while IPython keeps
+        #: its traceback for %debug)
+        self._last_handled_error: BaseException | None = None
         self._previous_custom_exc: tuple[Any, Any] | None = None
         #: the sidebar's comm channel (set by :func:`load`)
         self.channel: SidebarChannel | None = None
@@ -406,7 +409,21 @@ class DeviceSession:
         was, yet its frames still hold the failed function's locals."""
         result = getattr(self.shell, "last_execution_result", None)
         error = getattr(result, "error_in_exec", None)
-        return error if isinstance(error, BaseException) else None
+        if isinstance(error, BaseException):
+            return error
+        # After later cells, IPython still keeps the last traceback for %debug
+        # (InteractiveTB.tb); its frames hold the failed function's locals as long as it does.
+        kept = self._last_handled_error
+        kept_tb = getattr(getattr(self.shell, "InteractiveTB", None), "tb", None)
+        if kept is None or kept_tb is None:
+            return None
+        tb, steps = kept.__traceback__, 0
+        while tb is not None and steps < 10_000:
+            if tb is kept_tb:
+                return kept
+            tb, steps = tb.tb_next, steps + 1
+        self._last_handled_error = None  # IPython moved on: do not keep it alive ourselves
+        return None
 
     def _drop_output_refs(self, value: Any) -> None:
         """A released ``Out`` entry is also kept by IPython's displayhook (its ``_``/``__``/
@@ -501,6 +518,8 @@ class DeviceSession:
         self, shell: Any, etype: Any, value: Any, tb: Any, tb_offset: Any = None
     ) -> None:
         """IPython's custom exception handler (called for every error a cell raises)."""
+        # held only as long as IPython keeps the same traceback (see _last_cell_error)
+        self._last_handled_error = value if isinstance(value, BaseException) else None
         previous = self._previous_custom_exc
         if previous and previous[0] and isinstance(value, previous[0]) and previous[1]:
             return previous[1](etype, value, tb, tb_offset)  # another extension's handler
