@@ -170,3 +170,35 @@ def test_mixed_warnings_keep_the_namespace_order(ask_first: str):
     warnings = inventory.mixed_warnings()
     assert [w.split(" ")[0] for w in warnings] == ["a", "b", "c"]
     assert facts(inventory) == facts(tdm.scan(namespace))
+
+
+def test_records_built_together_equal_records_built_one_by_one():
+    import gc
+
+    from torchdevice_magic import scanner as scanner_module
+
+    dtypes = [torch.float32, torch.float16, torch.int64, torch.bool]
+    namespace = {
+        f"t{i}": torch.zeros((i % 3 + 1, i % 5 + 1), dtype=dtypes[i % 4]) for i in range(200)
+    }
+    namespace["x"] = torch.zeros(0)  # no data pointer: not a column
+    inventory = Scanner().scan(namespace, full=True)
+    columns = inventory._state.columns
+    assert columns is not None and len(columns) == 200 >= scanner_module._BULK_RECORDS
+    one_by_one = scanner_module._Columns(
+        columns.names, columns.ids, columns.devices, columns.dtypes, columns.shapes,
+        columns.pointers, columns.sizes,
+    )  # fmt: skip
+    T = inventory._torch
+    listed = [r for r in inventory.records if r.name != "x"]
+    assert listed == [one_by_one.record(T, i) for i in range(len(columns))]
+    first = inventory.records[0]
+    assert first.bytes_by_device == {"cpu": 4} and first.param_bytes == {}
+    assert first.param_bytes is not inventory.records[1].param_bytes  # each record owns its dicts
+    assert gc.isenabled()  # the collector paused while building is back on
+    gc.disable()
+    try:
+        Scanner().scan(namespace, full=True).records  # noqa: B018
+        assert not gc.isenabled()  # ...and left off when the user had turned it off
+    finally:
+        gc.enable()
