@@ -21,12 +21,10 @@ that have weak references).
 from __future__ import annotations
 
 import dataclasses
-import gc
 import re
 import weakref
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from itertools import chain, compress, repeat
 from operator import and_, attrgetter, is_, is_not, itemgetter, methodcaller, ne, not_
 from types import MappingProxyType
@@ -35,7 +33,7 @@ from typing import Any, NamedTuple
 from . import objects
 from .objects import Kind, StorageKey, Storages, TorchTypes
 from .records import DeviceTotal, Record
-from .units import device_sort_key, format_bytes
+from .units import collector_paused, device_sort_key, format_bytes
 
 #: IPython's own bookkeeping: never user objects (``Out`` is looked at only with include_hidden).
 IPYTHON_NAMES = frozenset(
@@ -457,23 +455,6 @@ _numel = methodcaller("numel")
 
 def _as_pairs(device: str, nbytes: int) -> tuple[tuple[str, int]]:
     return ((device, nbytes),)
-
-
-@contextmanager
-def _collector_paused(pause: bool = True) -> Iterator[None]:
-    """The cyclic garbage collector off while a whole namespace's records are built: they are
-    acyclic (nothing to collect), but allocating 100,000 of them starts a collection every
-    700 allocations, and the older generations' passes walk every object the kernel holds
-    (the user's tensors included): measured ~40 % of building 100,000 records. Restored as it
-    was, also on error."""
-    if not pause or not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _bulk_records(count: int, values: dict[str, Iterable[Any]]) -> list[Record]:
@@ -1906,7 +1887,7 @@ class Inventory:
             if book is not None:
                 self._records = book.records
             else:
-                with _collector_paused(len(self._state.keys) >= _BULK_RECORDS):
+                with collector_paused(len(self._state.keys) >= _BULK_RECORDS):
                     self._records = self._with_sharing()
                     self._book = _Book.build(self)
         return self._records
