@@ -1897,6 +1897,7 @@ class Inventory:
         """Hand the bookkeeping to the next inventory of this namespace (it updates it in
         place): this one keeps its own records and totals, and rebuilds storages if asked."""
         book, self._book = self._book, None
+        self._share_counts = None  # the book's counts, from now on changed by the next one
         if book is not None and self._storages is book.storages:
             self._storages = None
         return book
