@@ -135,3 +135,26 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if report["outcome"] == "failed":
         pytest.fail(f"in the simulated-accelerator process:\n{report['text']}", pytrace=False)
     return True
+
+
+@pytest.fixture(autouse=True)
+def _extension_config_back_to_defaults():
+    """Every test starts with the extension's default configuration. The in-process tests share
+    IPython's one global shell, and ``%config TorchDeviceMagic.x = ...`` lives in that shell's
+    config, which a reloaded extension reads again: one test's setting leaked into later files'
+    tests (their results then depended on the order the files ran in)."""
+    yield
+    if "IPython" not in sys.modules:
+        return
+    from IPython.core.interactiveshell import InteractiveShell
+
+    if not InteractiveShell.initialized():
+        return
+    shell = InteractiveShell.instance()
+    shell.config.pop("TorchDeviceMagic", None)
+    from torchdevice_magic.session import get_session
+
+    session = get_session(shell)
+    if session is not None:
+        for name, trait in session.config.traits(config=True).items():
+            setattr(session.config, name, trait.default())

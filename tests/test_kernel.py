@@ -37,6 +37,7 @@ def test_real_kernel_explains_a_device_mismatch_in_the_cell_output():
         "y = model(x)",
         "%%devicecheck --strict --quiet\na = x.sum()\nb = model.weight.sum()",
         "frame = %devices -o\nprint(sorted(frame['name']))",
+        "%%devicecheck\ny = model(x)",
     )
     NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True).execute()
     failing = nb.cells[2]
@@ -57,6 +58,17 @@ def test_real_kernel_explains_a_device_mismatch_in_the_cell_output():
     assert strict_errors and strict_errors[0]["ename"] == "MixedDevicesError"
     assert "spans 2 devices: cpu, meta" in cell_text(strict)
     assert "['a', 'b', 'model', 'x']" in cell_text(nb.cells[4])
+
+    # %%devicecheck explains a failure the same way: diagnosis first, then a short traceback
+    checked = nb.cells[5]
+    kinds = [o.output_type for o in checked.outputs]
+    text = cell_text(checked)
+    assert "display_data" in kinds and kinds.index("display_data") < kinds.index("error"), kinds
+    diagnoses = [
+        o for o in checked.outputs if "Device mismatch" in o.get("data", {}).get("text/plain", "")
+    ]
+    assert len(diagnoses) == 1 and "frames inside torch hidden" in text
+    assert "CellFailed" in text
 
 
 def widget_state_text(nb: nbformat.NotebookNode, cell: nbformat.NotebookNode) -> str:

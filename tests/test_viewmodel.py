@@ -272,3 +272,5 @@ def test_the_diagnosis_and_the_table_show_one_size_for_a_model() -> None:
     assert found is not None
     shown = {c.name: c.bytes for c in found.culprits}
     assert shown["model"] == row.size_bytes
+    # and the text the user reads (it printed what the module needed, gradients included)
+    assert f"model (Linear, {row.size}" in found.text(), found.text()

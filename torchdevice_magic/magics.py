@@ -52,8 +52,8 @@ class DeviceMagics(Magics):
         "-d",
         "--device",
         metavar="DEVICE",
-        help="The device fixes should move things to (default: the best available, "
-        "cuda -> mps -> xpu -> cpu).",
+        help="The device fixes should move things to (default: TorchDeviceMagic.default_device; "
+        "if empty, the small thing moves to where the big thing is).",
     )
     @argument(
         "--to",
@@ -107,31 +107,49 @@ class DeviceMagics(Magics):
         if move_to is not None:
             self._move_before_running(read, move_to)
 
+        # A device the user named (-d, --to) is where the fix moves everything; so is the
+        # configured default device. Otherwise the fix follows the model, exactly like the
+        # automatic diagnosis (the best device available is a guess, not a request).
+        fix_target, why = target or move_to, "as asked"
+        if fix_target is None and session.config.default_device:
+            fix_target = session.config.default_device
+            why = "the configured default (TorchDeviceMagic.default_device)"
+
         tracer = self._tracer(cell) if args.trace else None
+        reported: list[bool] = []
+
+        def show_trace(error: BaseException | None) -> None:
+            # the first divergence (line, module, variables) comes before the diagnosis
+            if tracer is not None and not reported:
+                reported.append(True)
+                report = tracer.report(error)
+                session.publish({"text/plain": report.text(), "text/html": report._repr_html_()})
+
         session.suppress_auto_diagnosis += 1
+        # the exception handler shows a failure's trace report and diagnosis first, then a
+        # short traceback
+        session.checking, session.checked_error = (cell, fix_target, why, show_trace), None
         try:
             with tracer if tracer is not None else contextlib.nullcontext():
                 # registered by load() on a shell: self.shell is never None here
                 result = self.shell.run_cell(cell, store_history=False)  # type: ignore[union-attr]
         finally:
             session.suppress_auto_diagnosis -= 1
+            session.checking = None
 
         inventory = session.rescan(cell_names(cell, self.shell))
         error = result.error_in_exec or result.error_before_exec
-        if tracer is not None and result.error_before_exec is None:
-            # the first divergence (line, module, variables) comes before the diagnosis
-            report = tracer.report(result.error_in_exec)
-            session.publish({"text/plain": report.text(), "text/html": report._repr_html_()})
+        if result.error_before_exec is None:
+            show_trace(result.error_in_exec)  # unless the exception handler showed it
         if error is not None:
-            # A device the user named (-d, --to) is where the fix moves everything; so is the
-            # configured default device. Otherwise the fix follows the model, exactly like the
-            # automatic diagnosis (the best device available is a guess, not a request).
-            fix_target, why = target or move_to, "as asked"
-            if fix_target is None and session.config.default_device:
-                fix_target = session.config.default_device
-                why = "the configured default (TorchDeviceMagic.default_device)"
-            diagnosis = session.show_diagnosis(error, cell, target=fix_target, target_reason=why)
-            kind = "device-mismatch error" if diagnosis is not None else type(error).__name__
+            if error is session.checked_error:
+                kind = "device-mismatch error"  # explained by the handler, above its traceback
+            else:  # an error the handler did not see (before the cell ran) or could not explain
+                diagnosis = session.show_diagnosis(
+                    error, cell, target=fix_target, target_reason=why
+                )
+                kind = "device-mismatch error" if diagnosis is not None else type(error).__name__
+            session.checked_error = None
             raise CellFailed(f"%%devicecheck: the cell failed with a {kind} (shown above)")
 
         used = inventory if args.all else inventory.subset(cell_names(cell, self.shell))

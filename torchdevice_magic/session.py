@@ -37,7 +37,7 @@ class TorchDeviceMagic(Configurable):
     ``%config TorchDeviceMagic.<name> = value`` in a running kernel)."""
 
     auto_diagnose = Bool(
-        True, help="Explain device-mismatch errors under the traceback of any cell."
+        True, help="Explain device-mismatch errors above the traceback of any cell."
     ).tag(config=True)
     warn_on_mixed = Bool(
         True,
@@ -46,8 +46,8 @@ class TorchDeviceMagic(Configurable):
     ).tag(config=True)
     default_device = Unicode(
         "",
-        help="The device fixes and moves suggest by default; empty: the best available "
-        "(cuda -> mps -> xpu -> cpu).",
+        help="The device fixes and moves suggest by default; empty: moves offer the best "
+        "available (cuda -> mps -> xpu -> cpu), fixes follow the model.",
     ).tag(config=True)
 
     @validate("default_device")
@@ -108,6 +108,14 @@ class DeviceSession:
         self._warned: set[tuple[Any, ...]] = set()
         self._hook_failed = False
         self.suppress_auto_diagnosis = 0
+        #: set by %%devicecheck while its cell runs: (cell, fix target, why that target, what to
+        #: show before the diagnosis: the --trace report); the exception handler then explains
+        #: an error with them, before the short traceback
+        self.checking: (
+            tuple[str, str | None, str, Callable[[BaseException], None] | None] | None
+        ) = None
+        #: the error the handler explained for %%devicecheck (the magic does not explain it twice)
+        self.checked_error: BaseException | None = None
         #: the running cell's ExecutionInfo (pre_run_cell): its source and cell id
         self.running: Any = None
         #: the error the custom exception handler already explained (not explained twice)
@@ -497,14 +505,25 @@ class DeviceSession:
         if previous and previous[0] and isinstance(value, previous[0]) and previous[1]:
             return previous[1](etype, value, tb, tb_offset)  # another extension's handler
         diagnosis = None
-        if self.config.auto_diagnose and not self.suppress_auto_diagnosis:
+        checking = self.checking
+        if checking is not None or (self.config.auto_diagnose and not self.suppress_auto_diagnosis):
             try:
-                running = self.running
-                cell = getattr(running, "raw_cell", None) or ""
-                diagnosis = self.diagnose(value, cell)
+                if checking is not None:  # %%devicecheck: its cell, its fix target
+                    cell, target, reason, preface = checking
+                    if preface is not None:
+                        preface(value)
+                    diagnosis = self.diagnose(value, cell, target=target, target_reason=reason)
+                    cell_id = None  # the magic's inner run is not a notebook cell
+                else:
+                    running = self.running
+                    cell = getattr(running, "raw_cell", None) or ""
+                    diagnosis = self.diagnose(value, cell)
+                    cell_id = getattr(running, "cell_id", None)
                 if diagnosis is not None:
-                    self.show_diagnosis_result(diagnosis, getattr(running, "cell_id", None))
+                    self.show_diagnosis_result(diagnosis, cell_id)
                     self._explained = value
+                    if checking is not None:
+                        self.checked_error = value
             except Exception:
                 log.exception("torchdevice_magic: explaining the error failed")
                 diagnosis = None

@@ -361,6 +361,10 @@ def _is_namespace_dict(value: Any) -> bool:
 
 def _needed_by_device(record: Any) -> dict[str, int]:
     by_device = {d: int(n) for d, n in dict(record.bytes_by_device).items()}
+    if record.kind == "module":
+        # a module's figure is its own data, gradients apart, as in the table (data_bytes())
+        for d, grad in dict(record.grad_bytes_by_device).items():
+            by_device[d] = max(by_device.get(d, 0) - int(grad), 0)
     if "meta" in record.devices:
         extra = max(0, int(record.would_need_bytes) - int(record.bytes))
         by_device["meta"] = by_device.get("meta", 0) + extra

@@ -118,9 +118,13 @@ def collapse_library_frames(tb: Any) -> tuple[list[Any], int]:
         steps += 1
         try:
             filename = tb.tb_frame.f_code.co_filename
+            # IPython's (and pytest's) convention: a frame that asks to stay out of tracebacks
+            hide = bool(tb.tb_frame.f_locals.get("__tracebackhide__", False))
         except Exception:
-            filename = ""
-        if is_torch_filename(filename):
+            filename, hide = "", False
+        if hide:
+            pass  # left out, as IPython leaves it out of a full traceback
+        elif is_torch_filename(filename):
             if in_torch:
                 hidden += 1
             else:
