@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 from . import protocol
+from .units import collector_paused
 from .viewmodel import LiveWindow, WindowSpec
 
 log = logging.getLogger("torchdevice_magic")
@@ -118,9 +119,11 @@ class SidebarChannel:
         """A whole window and header (on open, on a ``window`` request, on ``refresh``)."""
         session = self.session
         inventory = session.current_inventory()
-        records = inventory.records if inventory.torch_imported else []
-        spec = spec or subscriber.live.spec
-        window = subscriber.live.reset(records, spec, session.choose_target(subscriber.target))
+        with collector_paused():  # a window over every record: one sort key per row
+            records = inventory.records if inventory.torch_imported else []
+            spec = spec or subscriber.live.spec
+            target = session.choose_target(subscriber.target)
+            window = subscriber.live.reset(records, spec, target)  # sorts every record
         header = session.header(subscriber.target, counts=subscriber.live.counts)
         subscriber.header = header.to_wire()
         subscriber.actions = session.actions
