@@ -1112,6 +1112,43 @@ def diagnose(
             return None
 
 
+def _expression_candidates(
+    creations: Any,
+    missing: Any,
+    where: str,
+    offset: int,
+    lineno: int,
+    src_cell: Cell | None = None,
+) -> list[_Candidate]:
+    """Candidates for the unnamed tensors a line makes on one of the ``missing`` devices (an
+    expression in the cell, ``offset`` 0, or in a function's line, ``offset`` 100: its
+    candidates come after the cell's)."""
+    found = []
+    for n, creation in enumerate(creations):
+        dev = creation.device
+        if dev is None or not any(_same_device(_normalize_target(dev), m) for m in missing):
+            continue
+        info = _Info(
+            kind="expression",
+            category="expression",
+            by_device={_normalize_target(dev): 0},
+            actual=0,
+        )
+        found.append(
+            _Candidate(
+                creation.text,
+                where,
+                -1 - offset - n,
+                info,
+                order=10_000 + offset + n,
+                creation=creation,
+                lineno=lineno,
+                src_cell=src_cell,
+            )
+        )
+    return found
+
+
 def frame_creations(
     err: BaseException,
     chain: list[BaseException],
@@ -1140,28 +1177,11 @@ def frame_creations(
     source, first = found
     fcell = parse_cell(source)
     rel = lineno - first + 1
-    for n, creation in enumerate(fcell.creations_in(rel, namespace)):
-        dev = creation.device
-        if dev is None or not any(_same_device(_normalize_target(dev), m) for m in missing):
-            continue
-        info = _Info(
-            kind="expression",
-            category="expression",
-            by_device={_normalize_target(dev): 0},
-            actual=0,
+    relevant.extend(
+        _expression_candidates(
+            fcell.creations_in(rel, namespace), missing, f"frame {code.co_name}", 100, rel, fcell
         )
-        relevant.append(
-            _Candidate(
-                creation.text,
-                f"frame {code.co_name}",
-                -100 - n,
-                info,
-                order=10_100 + n,
-                creation=creation,
-                lineno=rel,
-                src_cell=fcell,
-            )
-        )
+    )
 
 
 def _running_codes(err: BaseException) -> frozenset[Any]:
@@ -1269,27 +1289,7 @@ def _diagnose(
                     )
             if not creations:
                 frame_creations(err, chain, missing, relevant)
-            for n, creation in enumerate(creations):
-                dev = creation.device
-                if dev is None or not any(_same_device(_normalize_target(dev), m) for m in missing):
-                    continue
-                info = _Info(
-                    kind="expression",
-                    category="expression",
-                    by_device={_normalize_target(dev): 0},
-                    actual=0,
-                )
-                relevant.append(
-                    _Candidate(
-                        creation.text,
-                        f"line {lineno}",
-                        -1 - n,
-                        info,
-                        order=10_000 + n,
-                        creation=creation,
-                        lineno=lineno,
-                    )
-                )
+            relevant.extend(_expression_candidates(creations, missing, f"line {lineno}", 0, lineno))
 
     user_target = _normalize_target(target) if target else None
     meta_ok = allow_meta or user_target == "meta"
