@@ -137,6 +137,23 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     return True
 
 
+@pytest.fixture
+def ip():
+    """IPython's one global test shell with the extension freshly loaded: the user's names and
+    the output history of earlier tests cleared (the in-process tests of every file share it)."""
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    shell.run_line_magic("unload_ext", "torchdevice_magic")
+    for name in list(shell.user_ns):
+        if not name.startswith("_") and name not in {"In", "Out", "exit", "quit", "get_ipython"}:
+            del shell.user_ns[name]
+    shell.user_ns["Out"].clear()
+    shell.run_line_magic("load_ext", "torchdevice_magic")
+    yield shell
+    shell.run_line_magic("unload_ext", "torchdevice_magic")
+
+
 @pytest.fixture(autouse=True)
 def _extension_config_back_to_defaults():
     """Every test starts with the extension's default configuration. The in-process tests share

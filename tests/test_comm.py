@@ -43,18 +43,12 @@ class FakeComm:
 
 
 @pytest.fixture
-def shell():
-    from IPython.testing.globalipapp import get_ipython
-
-    ip = get_ipython()
-    ip.run_line_magic("unload_ext", "torchdevice_magic")
-    ip.run_line_magic("load_ext", "torchdevice_magic")
+def shell(ip):
     ip.run_cell(
         "import torch\nx = torch.ones(3)\nmodel = torch.nn.Linear(2, 2)\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)"
     )
-    yield ip
-    ip.run_line_magic("unload_ext", "torchdevice_magic")
+    return ip
 
 
 @pytest.fixture

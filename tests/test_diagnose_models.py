@@ -49,21 +49,6 @@ class Trainer:
 
 
 @pytest.fixture
-def ip():
-    from IPython.testing.globalipapp import get_ipython
-
-    shell = get_ipython()
-    shell.run_line_magic("unload_ext", "torchdevice_magic")
-    for name in list(shell.user_ns):
-        if not name.startswith("_") and name not in {"In", "Out", "exit", "quit", "get_ipython"}:
-            del shell.user_ns[name]
-    shell.run_line_magic("load_ext", "torchdevice_magic")
-    yield shell
-    shell.run_line_magic("unload_ext", "torchdevice_magic")
-    shell.run_line_magic("config", "TorchDeviceMagic.default_device = ''")
-
-
-@pytest.fixture
 def shown(ip, monkeypatch) -> list[str]:
     """The diagnoses the user sees (text/plain of what the session publishes)."""
     seen: list[str] = []

@@ -21,20 +21,10 @@ x = torch.randn(4, 3)
 
 
 @pytest.fixture
-def ip():
-    from IPython.testing.globalipapp import get_ipython
-
-    shell = get_ipython()
-    shell.run_line_magic("unload_ext", "torchdevice_magic")
-    for name in list(shell.user_ns):
-        if not name.startswith("_") and name not in {"In", "Out", "exit", "quit", "get_ipython"}:
-            del shell.user_ns[name]
-    shell.run_line_magic("load_ext", "torchdevice_magic")
-    yield shell
-    shell.run_line_magic("unload_ext", "torchdevice_magic")
-    shell.run_line_magic("xmode", "Context")
-    shell.run_line_magic("config", "TorchDeviceMagic.show_full_traceback = False")
-    shell.run_line_magic("config", "TorchDeviceMagic.allow_meta_target = False")
+def ip(ip):
+    """The shared shell (conftest); these tests change %xmode, which is put back."""
+    yield ip
+    ip.run_line_magic("xmode", "Context")
 
 
 @pytest.fixture

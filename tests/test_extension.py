@@ -28,20 +28,6 @@ def train(model, loader):
 """
 
 
-@pytest.fixture
-def ip():
-    from IPython.testing.globalipapp import get_ipython
-
-    shell = get_ipython()
-    shell.run_line_magic("unload_ext", "torchdevice_magic")
-    for name in list(shell.user_ns):
-        if not name.startswith("_") and name not in {"In", "Out", "exit", "quit", "get_ipython"}:
-            del shell.user_ns[name]
-    shell.run_line_magic("load_ext", "torchdevice_magic")
-    yield shell
-    shell.run_line_magic("unload_ext", "torchdevice_magic")
-
-
 def run(shell, cell):
     with capture_output() as captured:
         result = shell.run_cell(cell)

@@ -442,20 +442,6 @@ def test_the_package_functions_are_the_recorder() -> None:
 # -- %%devicecheck --trace (an in-process shell, and a real kernel) ----------------------------
 
 
-@pytest.fixture
-def ip():
-    from IPython.testing.globalipapp import get_ipython
-
-    shell = get_ipython()
-    shell.run_line_magic("unload_ext", "torchdevice_magic")
-    for name in list(shell.user_ns):
-        if not name.startswith("_") and name not in {"In", "Out", "exit", "quit", "get_ipython"}:
-            del shell.user_ns[name]
-    shell.run_line_magic("load_ext", "torchdevice_magic")
-    yield shell
-    shell.run_line_magic("unload_ext", "torchdevice_magic")
-
-
 def run_in(shell, source: str):
     from IPython.utils.capture import capture_output
 
