@@ -274,3 +274,147 @@ def test_the_diagnosis_and_the_table_show_one_size_for_a_model() -> None:
     assert shown["model"] == row.size_bytes
     # and the text the user reads (it printed what the module needed, gradients included)
     assert f"model (Linear, {row.size}" in found.text(), found.text()
+
+
+# -- the live window reads the scan's columns: equal to a window over every record ----------------
+
+_row_names = st.sampled_from([f"v{i}" for i in range(10)] + ["x2", "x10", "Beta"])
+_bindings = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["plain"] * 4 + ["alias", "view", "delete", "grad", "module", "batch", "meta", "number"]
+        ),
+        _row_names,
+        st.integers(1, 30),
+    ),
+    max_size=10,
+)
+
+
+def _bind(namespace: dict, action: str, name: str, size: int) -> None:
+    tensors = sorted(k for k, v in namespace.items() if type(v) is torch.Tensor and v.numel())
+    if action == "plain":
+        namespace[name] = torch.ones(size)
+    elif action in ("alias", "view") and tensors:
+        other = namespace[tensors[size % len(tensors)]]
+        namespace[name] = other if action == "alias" else other[:1]
+    elif action == "delete":
+        namespace.pop(name, None)
+    elif action == "grad":
+        tensor = torch.ones(size, requires_grad=True)
+        tensor.grad = torch.ones(size)
+        namespace[name] = tensor
+    elif action == "module":
+        namespace[name] = torch.nn.Linear(size % 4 + 1, 2)
+    elif action == "batch":
+        namespace[name] = {"a": torch.ones(size), "b": torch.empty(2, device="meta")}
+    elif action == "meta":
+        namespace[name] = torch.empty(size, device="meta")
+    else:
+        namespace[name] = size
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    start=_bindings,
+    history=st.lists(st.tuples(_bindings, st.booleans()), max_size=6),
+    spec=st.builds(
+        WindowSpec,
+        sort=st.sampled_from(vm.SORTS),
+        reverse=st.booleans(),
+        filter=st.sampled_from(["", "v", "x1", "linear", "tensor", "meta", "cpu", "'a'"]),
+        offset=st.integers(0, 5),
+        limit=st.integers(1, 6),
+        target=st.none(),
+    ),
+    target=st.sampled_from(["cpu", "meta", None]),
+    reserve=st.integers(0, 3),
+)
+def test_a_live_window_on_the_scans_columns_is_the_window_over_every_record(
+    start, history, spec, target, reserve
+) -> None:
+    """What the sidebar shows (a head of the order chosen from the scan's columns, then kept
+    up to date by the names that changed) equals a fresh window over every record of a fresh
+    scan, after every cell: rows, order, counts. A tiny reserve makes the head run short."""
+    namespace: dict = {"base": torch.ones(5)}
+    for action, name, size in start:
+        _bind(namespace, action, name, size)
+    inventory = scan(namespace)
+    kept = vm.HEAD_RESERVE
+    vm.HEAD_RESERVE = reserve
+    try:
+        live = vm.LiveWindow(spec)
+        shown = live.reset(inventory, spec, target)
+        reference = scan(namespace).records  # another scan: this one's records stay unbuilt
+        assert shown == vm.window(reference, spec, target)
+        assert live.counts == vm.tally(reference, target)
+        for bindings, full in history:
+            for action, name, size in bindings:
+                _bind(namespace, action, name, size)
+            if full:  # a move or a refresh looks at everything again
+                inventory = scan(namespace)
+            else:  # a cell: the hook passes the names it assigned
+                touched = tuple(name for _, name, _ in bindings)
+                inventory = scan(namespace, previous=inventory, changed=touched)
+            delta = live.update(inventory)
+            reference = scan(namespace).records
+            after = shown if delta is None else vm.apply_delta(shown, delta)
+            assert after == vm.window(reference, spec, target)
+            assert live.window == after
+            assert live.counts == vm.tally(reference, target)
+            shown = after
+    finally:
+        vm.HEAD_RESERVE = kept
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(start=_bindings, changes=_bindings)
+def test_an_inventory_read_by_columns_and_names_is_its_records(start, changes) -> None:
+    """view_columns + other_records + records_of give exactly Inventory.records, before and
+    after an incremental rescan; a column's sort keys are its record's."""
+    namespace: dict = {"base": torch.ones(5)}
+    for action, name, size in start:
+        _bind(namespace, action, name, size)
+    first = scan(namespace)
+    for action, name, size in changes:
+        _bind(namespace, action, name, size)
+    second = scan(namespace, previous=first, changed=tuple(namespace))
+    for inventory, fresh in ((first, None), (second, scan(namespace))):
+        columns = inventory.view_columns()
+        by_name = {
+            n: inventory.records_of(n)[0] for n in columns.names
+        }  # records of the columns, one each
+        listed = list(by_name.values()) + inventory.other_records()
+        records = (fresh or inventory).records
+        assert sorted(listed, key=lambda r: r.name) == sorted(records, key=lambda r: r.name)
+        for record in records:
+            assert record in inventory.records_of(record.root)
+        assert columns.shared == {n for n, r in by_name.items() if r.shares_with}
+        for name, device, size in zip(columns.names, columns.devices, columns.sizes, strict=True):
+            record = by_name[name]
+            assert (record.kind, record.type, record.devices) == ("tensor", "Tensor", (device,))
+            assert record.bytes == record.would_need_bytes == size
+            assert record.movable and not record.hidden and not record.grad_bytes
+            for sort in vm.SORTS:
+                assert vm._column_sort_key(sort)(name, device, size) == vm.sort_key(record, sort)
+
+
+def test_opening_a_window_on_many_tensors_builds_records_only_for_its_head() -> None:
+    namespace = {f"t{i}": torch.zeros(1 + i % 7) for i in range(3000)}
+    inventory = scan(namespace)
+    live = vm.LiveWindow(WindowSpec(limit=50))
+    window = live.reset(inventory, WindowSpec(limit=50), "meta")
+    assert [row.name for row in window.rows][:3] == ["t6", "t13", "t20"]  # 28 B, natural order
+    assert window.matching == window.total == 3000
+    assert inventory._records is None  # no record per tensor
+    built = inventory._state.columns._records
+    assert sum(r is not None for r in built) == len(live._head) <= 50 + vm.HEAD_RESERVE + 50
+    # the next cell rebinds one name: its records then and now, nothing else
+    namespace["t7"] = torch.zeros(1000)
+    after = scan(namespace, previous=inventory, changed=("t7",))
+    changes = after.view_changes(inventory)
+    assert list(changes) == ["t7"]
+    delta = live.update(after)
+    assert delta is not None and [row.name for row in delta.upsert] == ["t7"]
+    assert live.window.rows[0].name == "t7"
+    assert after._records is None

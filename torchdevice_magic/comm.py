@@ -119,11 +119,10 @@ class SidebarChannel:
         """A whole window and header (on open, on a ``window`` request, on ``refresh``)."""
         session = self.session
         inventory = session.current_inventory()
-        with collector_paused():  # a window over every record: one sort key per row
-            records = inventory.records if inventory.torch_imported else []
+        with collector_paused():  # the head of the order: sort keys of the rows it keeps
             spec = spec or subscriber.live.spec
             target = session.choose_target(subscriber.target)
-            window = subscriber.live.reset(records, spec, target)  # sorts every record
+            window = subscriber.live.reset(inventory, spec, target)  # no record per tensor
         header = session.header(subscriber.target, counts=subscriber.live.counts)
         subscriber.header = header.to_wire()
         subscriber.actions = session.actions
@@ -155,7 +154,6 @@ class SidebarChannel:
         tensor-related changed (then the memory timeline follows)."""
         sent = False
         inventory = session.current_inventory()
-        records = inventory.records if inventory.torch_imported else []
         for subscriber in list(self.comms.values()):
             live = subscriber.live
             if live.window is None or (
@@ -165,7 +163,7 @@ class SidebarChannel:
                 self._send(subscriber, self._view(subscriber))
                 sent = True
                 continue
-            delta = live.update(records)
+            delta = live.update(inventory)
             if delta is None and not live.records_changed and session.actions == subscriber.actions:
                 continue  # nothing tensor-related changed: send nothing
             sent = True  # something changed, if perhaps outside this window

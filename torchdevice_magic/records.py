@@ -7,7 +7,7 @@ built."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,4 +102,19 @@ class DeviceTotal:
         }
 
 
-__all__ = ["Record", "DeviceTotal"]
+class ColumnRows(NamedTuple):
+    """The plain tensors of a namespace as columns: what a view sorts, filters and counts
+    without building a :class:`Record` per tensor (``Inventory.view_columns``). Each is an
+    exact ``torch.Tensor`` bound to a top-level name, movable, without gradients, never
+    hidden; its record has kind ``"tensor"``, type ``"Tensor"``, one device, and
+    ``bytes == would_need_bytes == size``. Read-only lists (shared with the scan)."""
+
+    names: list[str]
+    devices: list[str]
+    sizes: list[int]
+    shared: frozenset[str]  # those sharing a storage with another name
+
+
+NO_COLUMNS = ColumnRows([], [], [], frozenset())
+
+__all__ = ["Record", "DeviceTotal", "ColumnRows", "NO_COLUMNS"]

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 from . import objects
 from .objects import Kind, StorageKey, Storages, TorchTypes
-from .records import DeviceTotal, Record
+from .records import ColumnRows, DeviceTotal, Record
 from .units import collector_paused, device_sort_key, format_bytes
 
 #: IPython's own bookkeeping: never user objects (``Out`` is looked at only with include_hidden).
@@ -1642,50 +1642,51 @@ def _name_parts(
 
 
 class _Book:
-    """What an inventory computed over the whole namespace (records with sharing, storages
-    counted once, per-device sums), kept so that the next inventory of the same namespace (a
-    rescan after a cell) updates it by the names that changed instead of rebuilding it: O(what
-    changed), not O(namespace). One inventory owns it at a time; :meth:`Inventory._give_book`
-    hands it on. Holds no user object (records, storage keys, sizes and the scan's state)."""
+    """What an inventory computed over the whole namespace (storages counted once, how many
+    names reach each, per-device sums, and the records with sharing once a view asked for
+    them), kept so that the next inventory of the same namespace (a rescan after a cell)
+    updates it by the names that changed instead of rebuilding it: O(what changed), not
+    O(namespace). One inventory owns it at a time; :meth:`Inventory._give_book` hands it on.
+    Holds no user object (records, storage keys, sizes and the scan's state).
 
-    __slots__ = ("state", "records", "start", "counts", "storages", "devices")
+    ``history`` says, for each of the last :data:`BOOK_HISTORY` updates, which top-level
+    names changed and their records before and after: a view that saw an earlier inventory
+    of this namespace asks :meth:`Inventory.view_changes` for exactly what changed since."""
+
+    __slots__ = ("state", "records", "start", "counts", "storages", "devices", "history")
 
     def __init__(
         self,
         state: _State,
-        records: list[Record],
+        records: list[Record] | None,
         start: dict[str, int],
         counts: dict[StorageKey, int],
         storages: dict[StorageKey, tuple[str, int]],
         devices: dict[str, list[int]],
     ) -> None:
         self.state = state  # the scan state these figures are of
-        self.records = records  # Inventory.records (never changed in place: copied to update)
+        # Inventory.records (never changed in place: copied to update); None until a view
+        # needs every record (the sidebar's windows do not)
+        self.records = records
         self.start = start  # top-level name -> index of its first record
         self.counts = counts  # storage key -> how many names reach it (>1: shared)
         self.storages = storages  # Inventory.storages()
         self.devices = devices  # device -> [storages, bytes they hold (would need)]
+        self.history: list[tuple[_State, dict[str, tuple[list[Record], list[Record]]]]] = [
+            (state, {})
+        ]
 
     @classmethod
     def build(cls, inventory: Inventory) -> _Book | None:
-        """From an inventory whose records were just built in full (None where an update
-        could not keep them exact: hidden rows, storages of names without records)."""
-        counts = inventory._share_counts
-        if inventory._hidden or counts is None or inventory._records is None:
+        """From an inventory's whole namespace (None where an update could not keep the
+        figures exact: hidden rows, storages of names without records). The records go in
+        too when the inventory has built them."""
+        if inventory._hidden or inventory._torch is None:
             return None
         for entry in inventory._entries.values():
             if type(entry) is _Entry and not entry.records and entry.storages:
                 return None
-        records = inventory._records
-        names = inventory._names
-        if len(records) == len(names):  # one record per name (the usual namespace): in C
-            start = dict(zip(names, range(len(names))))  # noqa: B905
-        else:
-            start = {}
-            offset = 0
-            for name, (_, entry_records) in zip(names, inventory._built or (), strict=True):
-                start[name] = offset
-                offset += len(entry_records)
+        counts = inventory._storage_counter()
         storages = inventory._unique_storages()
         values = storages.values()
         device_names = set(map(_first, values))
@@ -1697,24 +1698,50 @@ class _Book:
                 figures = devices.setdefault(device, [0, 0])
                 figures[0] += 1
                 figures[1] += nbytes
-        return cls(inventory._state, records, start, counts, storages, devices)
+        book = cls(inventory._state, None, {}, counts, storages, devices)
+        if inventory._records is not None:
+            book.keep_records(inventory)
+        return book
+
+    def keep_records(self, inventory: Inventory) -> None:
+        """Take the records ``inventory`` (of this book's state) just built in full."""
+        records = inventory._records
+        names = inventory._names
+        if records is None:
+            return
+        if len(records) == len(names):  # one record per name (the usual namespace): in C
+            start = dict(zip(names, range(len(names))))  # noqa: B905
+        else:
+            start = {}
+            offset = 0
+            for name, (_, entry_records) in zip(names, inventory._built or (), strict=True):
+                start[name] = offset
+                offset += len(entry_records)
+        self.records, self.start = records, start
 
     def update(self, inventory: Inventory) -> bool:
         """Bring the figures to ``inventory``'s state; False (nothing changed) where only a
-        full build gives the exact answer: names removed or reordered, a name whose number of
-        records changed, or a storage shared (before or after) by a name that changed."""
+        full build gives the exact answer: names reordered, or a storage shared (before or
+        after) by a name that changed. Where names were deleted or a name's number of records
+        changed, the records (if kept) are built again when next asked."""
         old, new = self.state, inventory._state
         T = inventory._torch
         if T is None or inventory._hidden or new.columns is not old.columns:
             return False
         old_keys, new_keys = old.keys, new.keys
         known = len(old_keys)
+        removed: list[str] = []
         if new_keys is old_keys or new_keys == old_keys:
             appended: list[str] = []
         elif len(new_keys) > known and new_keys[:known] == old_keys:
             appended = new_keys[known:]
-        else:
-            return False
+        else:  # `del x`: the names left keep their order, new ones come at the end
+            staying = set(new_keys)
+            removed = [name for name in old_keys if name not in staying]
+            kept = len(old_keys) - len(removed)
+            if new_keys[:kept] != [name for name in old_keys if name in staying]:
+                return False
+            appended = new_keys[kept:]
         if not old.dropped <= new.dropped:
             return False
         before, after = old.entries, new.entries
@@ -1722,24 +1749,30 @@ class _Book:
         changed = list(compress(names, map(is_not, map(before.get, names), after.values())))
         changed.extend(before.keys() - after.keys())
         changed.extend(new.dropped - old.dropped)
+        skip = set(appended).union(removed)
         fresh = set(appended)
-        changed = [name for name in dict.fromkeys(changed) if name not in fresh]
+        changed = [name for name in dict.fromkeys(changed) if name not in skip]
         cache = inventory._record_cache
         scratch: dict[str, tuple[Any, list[Record]]] = {}  # old records: only counted
         parts = []
         delta: dict[StorageKey, int] = {}
+        reshaped = bool(removed)  # records no longer at their places: build them again
         for name in changed:
             old_records, old_storages = _name_parts(T, old, name, scratch)
             new_records, new_storages = _name_parts(T, new, name, cache)
-            if len(old_records) != len(new_records) or (new_storages and not new_records):
+            if new_storages and not new_records:
                 return False
-            parts.append((name, new_records, old_storages, new_storages))
+            reshaped = reshaped or len(old_records) != len(new_records)
+            parts.append((name, old_records, new_records, old_storages, new_storages))
         for name in appended:
             new_records, new_storages = _name_parts(T, new, name, cache)
             if new_storages and not new_records:
                 return False
-            parts.append((name, new_records, {}, new_storages))
-        for _, _, old_storages, new_storages in parts:
+            parts.append((name, [], new_records, {}, new_storages))
+        for name in removed:
+            old_records, old_storages = _name_parts(T, old, name, scratch)
+            parts.append((name, old_records, [], old_storages, {}))
+        for _, _, _, old_storages, new_storages in parts:
             for key in old_storages:
                 delta[key] = delta.get(key, 0) - 1
             for key in new_storages:
@@ -1750,18 +1783,22 @@ class _Book:
             if count > 1 or count + change > 1:
                 return False  # sharing with a name that did not change: a full build
         # apply: records first (same counts: replaced in place of a copy), then storages
-        records = list(self.records)
-        start = self.start
-        for name, new_records, _, _ in parts:
-            if name in fresh:
-                if new_records:
-                    start[name] = len(records)
-                    records.extend(new_records)
-            elif new_records:
-                first = start[name]
-                records[first : first + len(new_records)] = new_records
+        if reshaped:  # records at shifted places: built again when next asked
+            self.records, self.start = None, {}
+        if self.records is not None:
+            records = list(self.records)
+            start = self.start
+            for name, _, new_records, _, _ in parts:
+                if name in fresh:
+                    if new_records:
+                        start[name] = len(records)
+                        records.extend(new_records)
+                elif new_records:
+                    first = start[name]
+                    records[first : first + len(new_records)] = new_records
+            self.records = records
         storages, devices = self.storages, self.devices
-        for _, _, old_storages, _ in parts:
+        for _, _, _, old_storages, _ in parts:
             for key in old_storages:
                 count = counts[key] - 1
                 if count:
@@ -1774,7 +1811,7 @@ class _Book:
                 figures[1] -= nbytes
                 if not figures[0]:
                     del devices[device]
-        for _, _, _, new_storages in parts:
+        for _, _, _, _, new_storages in parts:
             for key, (device, nbytes) in new_storages.items():
                 count = counts.get(key, 0)
                 counts[key] = count + 1
@@ -1783,9 +1820,32 @@ class _Book:
                     figures = devices.setdefault(device, [0, 0])
                     figures[0] += 1
                     figures[1] += nbytes
-        self.records = records
         self.state = new
+        self.history.append((new, {name: (was, now) for name, was, now, _, _ in parts}))
+        if len(self.history) > BOOK_HISTORY:
+            del self.history[0]
         return True
+
+    def changes_since(self, state: _State) -> dict[str, tuple[list[Record], list[Record]]] | None:
+        """{top-level name: (records in ``state``, records now)} for every name that changed
+        since ``state`` (unshared records: a change that touched sharing broke the chain), or
+        None when ``state`` is not one this book went through lately."""
+        history = self.history
+        for index in range(len(history) - 1, -1, -1):
+            if history[index][0] is state:
+                break
+        else:
+            return None
+        merged: dict[str, tuple[list[Record], list[Record]]] = {}
+        for _, changes in history[index + 1 :]:
+            for name, (was, now) in changes.items():
+                first = merged.get(name)
+                merged[name] = (first[0] if first is not None else was, now)
+        return merged
+
+
+#: Updates a book remembers the changes of (a view that missed more starts again from the whole)
+BOOK_HISTORY = 32
 
 
 # --------------------------------------------------------------------------------------------
@@ -1833,6 +1893,10 @@ class Inventory:
         self._book: _Book | None = None
         self._names: list[str] = []  # top-level name of each pair of _records_by_entry
         self._share_counts: Counter[StorageKey] | None = None
+        # sharing: keys reached by more than one name, and who shares with whom (by record)
+        self._shared_keys: frozenset[StorageKey] | None = None
+        self._sharing: dict[str, tuple[str, ...]] | None = None
+        self._shared_records: dict[str, Record] = {}
         #: False when a rescan found every module and optimizer as it was before
         self.objects_changed = True
 
@@ -1884,13 +1948,115 @@ class Inventory:
     def records(self) -> list[Record]:
         if self._records is None:
             book = self._current_book()
-            if book is not None:
+            if book is not None and book.records is not None:
                 self._records = book.records
             else:
                 with collector_paused(len(self._state.keys) >= _BULK_RECORDS):
                     self._records = self._with_sharing()
-                    self._book = _Book.build(self)
+                    if book is not None:
+                        book.keep_records(self)
+                    else:
+                        self._book = _Book.build(self)
         return self._records
+
+    # -- what a view reads instead of every record ----------------------------------------------
+    def view_columns(self) -> ColumnRows:
+        """The plain tensors as columns (:class:`ColumnRows`), no records built: a view sorts,
+        filters and counts them column-wise and asks :meth:`records_of` only for the rows it
+        shows. Everything else is in :meth:`other_records`. Starts the incremental
+        bookkeeping, so that :meth:`view_changes` can answer after the next cell."""
+        self._ensure_book()
+        columns, live = self._live_columns()
+        names, devices, sizes = columns.names, columns.devices, columns.sizes
+        pointers = columns.pointers
+        if live is not None:
+            names = [names[i] for i in live]
+            devices = [devices[i] for i in live]
+            sizes = [sizes[i] for i in live]
+            pointers = [pointers[i] for i in live]
+        shared_keys = self._shared_storage_keys()
+        shared: frozenset[str] = frozenset()
+        if shared_keys and names:
+            keys = zip(devices, pointers)  # noqa: B905 - same lengths
+            shared = frozenset(compress(names, map(shared_keys.__contains__, keys)))
+        return ColumnRows(names, devices, sizes, shared)
+
+    def other_records(self) -> list[Record]:
+        """The records of every name not in :meth:`view_columns` (modules, optimizers,
+        containers, tensors with gradients..., and hidden ones), sharing included: with the
+        columns, exactly :attr:`records`."""
+        if self._torch is None:
+            return []
+        found: list[Record] = []
+        for name in self._entries:
+            found += self.records_of(name)
+        for label in self._hidden:
+            found += self.records_of(label)
+        return found
+
+    def records_of(self, name: str) -> list[Record]:
+        """The records of one top-level name (or hidden ``Out[...]`` label), as in
+        :attr:`records` (sharing included), without building the others: O(1) in the size of
+        the namespace. ``[]`` for a name that lists nothing."""
+        T = self._torch
+        if T is None:
+            return []
+        entry = self._entries.get(name)
+        keys: Iterable[StorageKey]
+        if entry is not None:
+            if type(entry) is _TensorFacts:
+                cached = self._record_cache.get(name)
+                if cached is None or cached[0] is not entry:
+                    cached = self._record_cache[name] = (entry, [_facts_record(T, name, entry)])
+                records = cached[1]
+            else:
+                records = entry.records
+            keys = _entry_storages(entry)
+        elif (index := self._column_of(name)) is not None:
+            columns = self._state.columns or _NO_COLUMNS
+            records, keys = [columns.record(T, index)], (columns.key(index),)
+        elif (hidden := self._hidden.get(name)) is not None:
+            records, keys = hidden.records, hidden.storages
+        else:
+            return []
+        if not records:
+            return []
+        counts = self._storage_counter()
+        if all(counts.get(key, 0) < 2 for key in keys):
+            return list(records)
+        sharing = self._sharers()
+        shared = self._shared_records
+        found = []
+        for record in records:
+            others = sharing.get(record.name)
+            if others:
+                kept = shared.get(record.name)
+                if kept is None or kept.shares_with != others:
+                    kept = shared[record.name] = dataclasses.replace(record, shares_with=others)
+                record = kept
+            found.append(record)
+        return found
+
+    def view_changes(
+        self, previous: Inventory
+    ) -> dict[str, tuple[list[Record], list[Record]]] | None:
+        """What a view that last showed ``previous`` must change to show this inventory:
+        {top-level name: (its records then, its records now)} for the names whose records may
+        differ, O(what changed); None when only a look at everything gives the exact answer (a
+        full scan in between, output history listed, a rebinding that made or broke sharing)."""
+        if previous is self or previous._state is self._state:
+            return {}
+        book = self._current_book()
+        changes = book.changes_since(previous._state) if book is not None else None
+        if changes is not None or self._state.columns is not previous._state.columns:
+            return changes  # (a full scan in between: everything may have changed)
+        if not self.changed_since(previous) and [e.records for e in self._hidden.values()] == [
+            e.records for e in previous._hidden.values()
+        ]:
+            # no bookkeeping to ask (output history listed...): that nothing changed is still
+            # cheap to know, and a view then sends nothing
+            return {}
+        return None
 
     # -- incremental bookkeeping ---------------------------------------------------------------
     def _give_book(self) -> _Book | None:
@@ -1901,6 +2067,11 @@ class Inventory:
         if book is not None and self._storages is book.storages:
             self._storages = None
         return book
+
+    def _ensure_book(self) -> None:
+        """Start the incremental bookkeeping here if no earlier inventory handed it on."""
+        if self._current_book() is None:
+            self._book = _Book.build(self)
 
     def _current_book(self) -> _Book | None:
         """The bookkeeping brought up to this inventory's state, or None (then a full build)."""
@@ -1996,29 +2167,72 @@ class Inventory:
 
     def _with_sharing(self) -> list[Record]:
         """Records with ``shares_with``: names whose storages overlap (aliases, views, tied
-        weights). Counted over every storage key at once (C-level), so only the few entries
-        that really share a storage get new (replaced) records."""
+        weights); only the few records that really share a storage are replaced."""
         built = self._records_by_entry()
         records = [r for _, records in built for r in records]
-        counts = Counter(self._column_keys())
-        counts.update(
-            chain.from_iterable(_entry_storages(e) for e, _ in built if type(e) is not int)
-        )
-        self._share_counts = counts
-        shared_keys = {key for key, count in counts.items() if count > 1}
-        if not shared_keys:
+        sharing = self._sharers()
+        if not sharing:
             return records
+        return [
+            dataclasses.replace(r, shares_with=sharing[r.name]) if sharing.get(r.name) else r
+            for r in records
+        ]
+
+    def _storage_counter(self) -> dict[StorageKey, int]:
+        """Storage key -> how many listed names reach it (the book's, kept up to date, or
+        counted over every storage key at once, C-level)."""
+        book = self._current_book() if self._book is not None else None
+        if book is not None:
+            return book.counts
+        if self._share_counts is None:
+            counts = Counter(self._column_keys())
+            entries = chain(self._entries.values(), self._hidden.values())
+            counts.update(
+                chain.from_iterable(
+                    _entry_storages(e) for e in entries if type(e) is _TensorFacts or e.records
+                )
+            )
+            self._share_counts = counts
+        return self._share_counts
+
+    def _shared_storage_keys(self) -> frozenset[StorageKey]:
+        if self._shared_keys is None:
+            counts = self._storage_counter()
+            self._shared_keys = frozenset(key for key, count in counts.items() if count > 1)
+        return self._shared_keys
+
+    def _sharers(self) -> dict[str, tuple[str, ...]]:
+        """{record name: the other records' names it shares a storage with} (sorted), for the
+        records that share one; looks only at the storages reached more than once."""
+        if self._sharing is not None:
+            return self._sharing
+        shared_keys = self._shared_storage_keys()
+        self._sharing = {}
+        T = self._torch
+        if not shared_keys or T is None:
+            return self._sharing
         owners: dict[StorageKey, list[str]] = {}
-        for entry, entry_records in built:
-            storage_keys = self._storages_of(entry)
+        columns, live = self._live_columns()
+        if len(columns):
+            keys = columns.keys()
+            hits = compress(range(len(keys)), map(shared_keys.__contains__, keys))
+            alive = None if live is None else set(live)
+            for index in hits:
+                if alive is None or index in alive:
+                    owners.setdefault(keys[index], []).append(columns.names[index])
+        labelled = chain(self._entries.items(), self._hidden.items())
+        for name, entry in labelled:
+            storage_keys = _entry_storages(entry)
             if shared_keys.isdisjoint(storage_keys):
                 continue
-            if type(entry) is int or type(entry) is _TensorFacts:
-                pairs: Iterable[Any] = zip(entry_records, [storage_keys], strict=True)
+            if type(entry) is _TensorFacts:
+                pairs: Iterable[Any] = [(_facts_record(T, name, entry), storage_keys)]
+            elif not entry.records:
+                continue
             else:
                 pairs = entry.keys_per_record()
-            for record, keys in pairs:
-                for key in shared_keys.intersection(keys):
+            for record, record_keys in pairs:
+                for key in shared_keys.intersection(record_keys):
                     names = owners.setdefault(key, [])
                     if record.name not in names:
                         names.append(record.name)
@@ -2026,12 +2240,8 @@ class Inventory:
         for names in owners.values():
             for name in names:
                 shared.setdefault(name, set()).update(n for n in names if n != name)
-        return [
-            dataclasses.replace(r, shares_with=tuple(sorted(shared[r.name])))
-            if shared.get(r.name)
-            else r
-            for r in records
-        ]
+        self._sharing = {name: tuple(sorted(others)) for name, others in shared.items() if others}
+        return self._sharing
 
     # -- totals ------------------------------------------------------------------------------
     def _unique_storages(self) -> Storages:

@@ -386,14 +386,13 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
         """Take the namespace as it is now into the view model, then draw."""
         inventory = self._current_inventory()
         self._inventory = inventory
-        records = inventory.records if inventory.torch_imported else []
         wanted = self.target_dropdown.value
         target = self.session.choose_target(wanted)
         live = self._window
         if reset or live.window is None or live.target != target:
-            live.reset(records, self._spec(), target)
+            live.reset(inventory, self._spec(), target)
         else:
-            live.update(records)
+            live.update(inventory)
         self._header = self.session.header(wanted, inventory=inventory, counts=live.counts)
         if reason and not self.live:
             self._stamp_text = f"as of [{self.as_of}]; {reason}" if self.as_of else reason
@@ -401,19 +400,20 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
         if window is not None and self.page and self.page * self.page_size >= window.matching:
             # the page it was on is gone: back to the last page there is
             self.page = max(0, (window.matching - 1) // self.page_size)
-            live.reset(records, self._spec(), self._header.target)
-        if self._selected:
-            selectable = {r.name for r in records if r.movable and not r.hidden}
-            for name in [n for n in self._selected if n not in selectable]:
+            live.reset(inventory, self._spec(), self._header.target)
+        for name, root in list(self._selected.items()):
+            # a checked row stays checked while its name still lists it, movable
+            if not any(
+                r.name == name and r.movable and not r.hidden for r in inventory.records_of(root)
+            ):
                 del self._selected[name]
         self._draw()
 
     def _rewindow(self) -> None:
         """Sort, filter, page or target changed: a fresh window of the same namespace."""
         inventory = self._inventory
-        records = inventory.records if inventory is not None and inventory.torch_imported else []
         target = self.session.choose_target(self.target_dropdown.value)
-        self._window.reset(records, self._spec(), target)
+        self._window.reset(inventory if inventory is not None else [], self._spec(), target)
         self._header = self.session.header(
             self.target_dropdown.value, inventory=inventory, counts=self._window.counts
         )
