@@ -418,3 +418,22 @@ def test_opening_a_window_on_many_tensors_builds_records_only_for_its_head() -> 
     assert delta is not None and [row.name for row in delta.upsert] == ["t7"]
     assert live.window.rows[0].name == "t7"
     assert after._records is None
+
+
+def test_deleting_a_name_or_changing_its_rows_is_still_told_by_name() -> None:
+    """`del x` and a name that now lists two rows keep the bookkeeping: the view hears of
+    those names only (records then and now), not of the whole namespace again."""
+    namespace = {f"t{i}": torch.zeros(2) for i in range(200)}
+    first = scan(namespace)
+    first.view_columns()  # a view opened: the bookkeeping starts here
+    del namespace["t7"]
+    second = scan(namespace, previous=first, changed=("t7",))
+    changes = second.view_changes(first)
+    assert list(changes) == ["t7"]
+    assert [r.name for r in changes["t7"][0]] == ["t7"] and changes["t7"][1] == []
+    namespace["t9"] = {"a": torch.ones(1), "b": torch.ones(2)}
+    third = scan(namespace, previous=second, changed=("t9",))
+    changes = third.view_changes(first)  # two cells at once
+    assert sorted(changes) == ["t7", "t9"]
+    assert [r.name for r in changes["t9"][1]] == ["t9['a']", "t9['b']"]
+    assert sorted(r.name for r in third.records) == sorted(r.name for r in scan(namespace).records)

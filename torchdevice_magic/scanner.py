@@ -1528,10 +1528,19 @@ def _rescan(
         stale = list(compress(keys, map(ne, ids, state.ids)))
         stale += keys[known:]
     else:
-        current = dict(zip(keys, ids, strict=True))
-        before = dict(zip(state.keys, state.ids, strict=True))
-        stale = [name for name in keys if before.get(name) != current[name]]
-        gone = list(before.keys() - current.keys())
+        staying = list(map(set(keys).__contains__, state.keys))
+        kept_keys = list(compress(state.keys, staying))
+        kept = len(kept_keys)
+        if keys[:kept] == kept_keys:
+            # `del x`: the names left keep their order, new ones come at the end (in C)
+            stale = list(compress(kept_keys, map(ne, ids, compress(state.ids, staying))))
+            stale += keys[kept:]
+            gone = list(compress(state.keys, map(not_, staying)))
+        else:
+            current = dict(zip(keys, ids, strict=True))
+            before = dict(zip(state.keys, state.ids, strict=True))
+            stale = [name for name in keys if before.get(name) != current[name]]
+            gone = list(before.keys() - current.keys())
         for name in gone:
             entries.pop(name, None)
             volatile.discard(name)
@@ -1736,12 +1745,12 @@ class _Book:
         elif len(new_keys) > known and new_keys[:known] == old_keys:
             appended = new_keys[known:]
         else:  # `del x`: the names left keep their order, new ones come at the end
-            staying = set(new_keys)
-            removed = [name for name in old_keys if name not in staying]
-            kept = len(old_keys) - len(removed)
-            if new_keys[:kept] != [name for name in old_keys if name in staying]:
+            staying = list(map(set(new_keys).__contains__, old_keys))
+            kept_keys = list(compress(old_keys, staying))
+            if new_keys[: len(kept_keys)] != kept_keys:
                 return False
-            appended = new_keys[kept:]
+            removed = list(compress(old_keys, map(not_, staying)))
+            appended = new_keys[len(kept_keys) :]
         if not old.dropped <= new.dropped:
             return False
         before, after = old.entries, new.entries
