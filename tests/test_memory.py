@@ -611,6 +611,10 @@ def test_timeline_message_is_schema_checked_and_follows_the_snapshot(ip):
     # the loss (4 B), exp's saved result (12 B) and the leaf its AccumulateGrad node keeps (12 B)
     assert last["device"] == "cpu" and last["delta"] == 4 + 12 + 12
     assert last["changes"][0][0] == "losses: 1 autograd graph"
+    # what the graph keeps is said apart, so the chart agrees with the device table's total
+    assert last["outside"] == 12 + 12
+    shown = {bar.device: bar.bytes for bar in session.header().bars}
+    assert last["bytes"] - last["outside"] == shown["cpu"]
 
     sent = []
 

@@ -1013,6 +1013,9 @@ class CellMemory:
     reserved: int | None = None
     changes: tuple[tuple[str, int], ...] = ()  # (name or holder, bytes it grew or shrank)
     note: str = ""
+    #: of ``bytes``, what holders outside the named variables keep (the last error's
+    #: traceback, Out[...]...): ``bytes - outside`` is what the device table's total shows
+    outside: int = 0
 
     @property
     def grew(self) -> str:
@@ -1030,6 +1033,7 @@ class CellMemory:
             "grew": self.grew,
             "changes": [list(c) for c in self.changes],
             "note": self.note,
+            "outside": self.outside,
         }
 
 
@@ -1107,7 +1111,8 @@ class Timeline:
         extra: Keys = {}
         for tracked in self._tracked.values():
             extra.update(tracked.source.keys)
-        for dev, nbytes in _by_device({k: v for k, v in extra.items() if k not in named}).items():
+        outside = _by_device({k: v for k, v in extra.items() if k not in named})
+        for dev, nbytes in outside.items():
             totals[dev] = totals.get(dev, 0) + nbytes
         changes, note = self._name_changes(previous, inventory, namespace, names, named)
         changes.extend(changed_holders)
@@ -1131,6 +1136,7 @@ class Timeline:
                     figures[1],
                     tuple(mine[:3]),
                     note.get(dev, ""),
+                    outside.get(dev, 0),
                 )  # fmt: skip
             )
         self._totals = totals

@@ -106,6 +106,7 @@ STRUCTS: dict[str, dict[str, str]] = {
         "peak": "int?",
         "changes": "list[any]",  # [name, bytes] pairs: check_timeline checks them
         "note": "str",
+        "outside": "int",  # of bytes, held outside the named variables (holders)
     },
     "Outcome": {
         "action": "str",

@@ -97,6 +97,7 @@ export interface ITimelineRow {
   peak: number | null;
   changes: unknown[];
   note: string;
+  outside: number;
 }
 
 export interface IOutcome {
@@ -267,7 +268,8 @@ export const SCHEMA = {
       "delta": "int",
       "peak": "int?",
       "changes": "list[any]",
-      "note": "str"
+      "note": "str",
+      "outside": "int"
     },
     "Outcome": {
       "action": "str",

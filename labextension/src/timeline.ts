@@ -9,15 +9,11 @@
  */
 
 import { formatBytes } from './format';
+import * as protocol from './protocol';
 
-export interface ITimelineRow {
-  cell: number;
-  device: string;
-  bytes: number;
-  delta: number;
-  peak: number | null;
+/** The generated row (protocol.py), with its `changes` checked into pairs. */
+export interface ITimelineRow extends Omit<protocol.ITimelineRow, 'changes'> {
   changes: [string, number][];
-  note: string;
 }
 
 export interface ITimelineMessage {
@@ -57,7 +53,7 @@ export function timelineProblem(data: unknown): string | null {
       return 'timeline rows must be objects';
     }
     const r = row as Record<string, unknown>;
-    for (const key of ['cell', 'bytes', 'delta']) {
+    for (const key of ['cell', 'bytes', 'delta', 'outside']) {
       if (!isInt(r[key])) {
         return `timeline row: '${key}' must be an integer`;
       }
@@ -82,6 +78,17 @@ export function timelineProblem(data: unknown): string | null {
 
 function signed(bytes: number): string {
   return (bytes >= 0 ? '+' : '-') + formatBytes(Math.abs(bytes));
+}
+
+/**
+ * The chart's label: what the device holds after the last cell and, apart, what
+ * of it holders outside the named variables keep, so that it agrees with the
+ * device table's total (the variables only) shown above it.
+ */
+export function heldText(row: ITimelineRow): string {
+  const outside =
+    row.outside > 0 ? `, ${formatBytes(row.outside)} of it outside your variables` : '';
+  return `${row.device}: ${formatBytes(row.bytes)} held${outside} (${signed(row.delta)} last cell)`;
 }
 
 /** The tooltip of one point: the cell, the device, its change, what grew. */
@@ -135,9 +142,10 @@ export function buildCharts(rows: ITimelineRow[], width = 240, height = 48): HTM
     const label = document.createElement('div');
     label.className = `${CLASS}-label`;
     const last = shown[shown.length - 1];
-    label.textContent = `${device}: ${formatBytes(last.bytes)} held (${signed(last.delta)} last cell)`;
+    label.textContent = heldText(last);
+    // as wide as the sidebar lets it be (the viewBox scales; nothing runs off the edge)
     const svg = svgNode('svg', {
-      width,
+      width: '100%',
       height,
       viewBox: `0 0 ${width} ${height}`,
       role: 'img',

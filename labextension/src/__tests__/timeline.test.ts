@@ -5,6 +5,7 @@
  */
 import {
   buildCharts,
+  heldText,
   ITimelineMessage,
   ITimelineRow,
   pointTitle,
@@ -25,6 +26,7 @@ const row = (
   peak: null,
   changes: [],
   note: '',
+  outside: 0,
   ...extra
 });
 
@@ -90,6 +92,14 @@ describe('buildCharts', () => {
     ]);
     expect(charts[0].querySelector('img')).toBeNull();
     expect(charts[0].querySelector('title')!.textContent).toContain('<img src=x onerror=alert(1)>');
+  });
+
+  it('says what of the held bytes is outside the variables, as the table counts them', () => {
+    expect(heldText(row(3, 50688, 0))).toBe('cpu: 49.5 KiB held (+0 B last cell)');
+    expect(heldText(row(3, 50688, 0, { outside: 5632 }))).toBe(
+      'cpu: 49.5 KiB held, 5.5 KiB of it outside your variables (+0 B last cell)'
+    );
+    expect(timelineProblem(message([{ ...row(1, 1, 1), outside: 0.5 }]))).toContain("'outside'");
   });
 
   it('says the peak and the note', () => {
