@@ -39,10 +39,16 @@ class Table:
         title: str = "Devices",
         limit: int = MAX_RENDERED_ROWS,
     ) -> None:
-        self.header: Header = viewmodel.header(inventory, targets, default_target=default_target)
-        records = inventory.records if inventory.torch_imported else []
+        targets = tuple(targets)
         spec = viewmodel.WindowSpec(limit=limit)
-        self.window: Window = viewmodel.window(records, spec, self.header.target)
+        # the view model's live window: the first rows chosen from the scan's columns, the
+        # counts column-wise (no record per tensor of a big namespace)
+        live = viewmodel.LiveWindow(spec)
+        target = viewmodel.choose_target(targets, None, default_target)
+        self.window: Window = live.reset(inventory, spec, target)
+        self.header: Header = viewmodel.header(
+            inventory, targets, default_target=default_target, counts=live.counts
+        )
         self.as_of = as_of
         self.title = title
 
