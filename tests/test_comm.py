@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from torchdevice_magic import protocol
 from torchdevice_magic.session import get_session
+from torchdevice_magic.viewmodel import Target
 
 
 class FakeComm:
@@ -296,6 +297,19 @@ def test_cells_push_deltas_and_nothing_when_nothing_changed(channel, shell):
     fake.sent.clear()
     shell.run_cell("n = 1 + 1")  # nothing tensor-related
     assert fake.sent == []
+    # a cell that makes a device available (and no tensor): the targets and buttons follow
+    session = get_session(shell)
+    more = [*session.targets(), Target("simdev:0", True, "")]
+    session.targets = lambda: more
+    try:
+        shell.run_cell("n = 2")
+    finally:
+        del session.targets
+    assert fake.sent and fake.sent[0]["type"] in ("delta", "view")
+    for message in fake.sent:
+        mirror.apply(message)
+    assert "simdev:0" in [t["device"] for t in mirror.header["targets"]]
+    fake.sent.clear()
     fake.close()
     shell.run_cell("z = torch.zeros(5)")
     assert fake.sent == []  # closed comms get nothing

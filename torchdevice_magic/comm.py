@@ -164,7 +164,12 @@ class SidebarChannel:
                 sent = True
                 continue
             delta = live.update(inventory)
-            if delta is None and not live.records_changed and session.actions == subscriber.actions:
+            if (
+                delta is None
+                and not live.records_changed
+                and session.actions == subscriber.actions
+                and not self._targets_changed(subscriber)
+            ):
                 continue  # nothing tensor-related changed: send nothing
             sent = True  # something changed, if perhaps outside this window
             subscriber.actions = session.actions
@@ -197,6 +202,12 @@ class SidebarChannel:
                 ),
             )
         return sent
+
+    def _targets_changed(self, subscriber: _Subscriber) -> bool:
+        """Whether the move targets differ from what this sidebar shows (a cell registered
+        a device, without making a tensor): a few microseconds, so asked after every cell."""
+        shown = subscriber.header["targets"] if subscriber.header is not None else None
+        return shown != [target.to_wire() for target in self.session.targets()]
 
     def send_rerun(self, cell_id: str) -> bool:
         """Ask the notebook to run one of its cells again (after a one-click fix). False when
