@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from torchdevice_magic import scan
 from torchdevice_magic import viewmodel as vm
-from torchdevice_magic.viewmodel import Target, WindowSpec
+from torchdevice_magic.viewmodel import Target, WindowSpec, rows
+from torchdevice_magic.viewmodel import live as live_module
 
 CPU_AND_META = (Target("cpu", True, ""), Target("meta", True, ""))
 CPU_ONLY = (
@@ -246,7 +247,7 @@ def test_the_fast_natural_key_is_the_general_one(name) -> None:
 
     parts = re.split(r"(\d+)", name.lower())
     expected = (tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), name)
-    vm._natural_cache.pop(name, None)
+    rows._natural_cache.pop(name, None)
     assert vm.natural_key(name) == expected
 
 
@@ -340,8 +341,8 @@ def test_a_live_window_on_the_scans_columns_is_the_window_over_every_record(
     for action, name, size in start:
         _bind(namespace, action, name, size)
     inventory = scan(namespace)
-    kept = vm.HEAD_RESERVE
-    vm.HEAD_RESERVE = reserve
+    kept = live_module.HEAD_RESERVE
+    live_module.HEAD_RESERVE = reserve  # read by LiveWindow at each use
     try:
         live = vm.LiveWindow(spec)
         shown = live.reset(inventory, spec, target)
@@ -364,7 +365,7 @@ def test_a_live_window_on_the_scans_columns_is_the_window_over_every_record(
             assert live.counts == vm.tally(reference, target)
             shown = after
     finally:
-        vm.HEAD_RESERVE = kept
+        live_module.HEAD_RESERVE = kept
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -396,7 +397,9 @@ def test_an_inventory_read_by_columns_and_names_is_its_records(start, changes) -
             assert record.bytes == record.would_need_bytes == size
             assert record.movable and not record.hidden and not record.grad_bytes
             for sort in vm.SORTS:
-                assert vm._column_sort_key(sort)(name, device, size) == vm.sort_key(record, sort)
+                assert live_module._column_sort_key(sort)(name, device, size) == vm.sort_key(
+                    record, sort
+                )
 
 
 def test_opening_a_window_on_many_tensors_builds_records_only_for_its_head() -> None:

@@ -1,0 +1,304 @@
+"""The live window: one window of a changing namespace, kept up to date by what each cell
+changed, reading the scan's columns instead of a record per tensor."""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import compress
+from operator import is_, neg
+from typing import Any
+
+from ..records import NO_COLUMNS, ColumnRows
+from ..units import device_sort_key
+from .header import Tally
+from .rows import Row, make_row, natural_key, root_devices_of, sort_key
+from .windows import Delta, Window, WindowSpec, diff_windows, filter_words, matches
+
+# -- a window kept up to date ---------------------------------------------------------------
+
+#: Rows a live window keeps sorted beyond its page, so that rows leaving the page are replaced
+#: without looking at the whole namespace again (it does when these run out)
+HEAD_RESERVE = 200
+
+
+class RecordsSource:
+    """A plain list of records read as a view source (fixtures, tests): no columns; any
+    change means a fresh look. Inventories are sources themselves (``view_columns``...)."""
+
+    torch_imported = True
+
+    def __init__(self, records: Iterable[Any]) -> None:
+        self.records = list(records)
+        self._by_root: dict[str, list[Any]] | None = None
+
+    def view_columns(self) -> ColumnRows:
+        return NO_COLUMNS
+
+    def other_records(self) -> list[Any]:
+        return self.records
+
+    def records_of(self, name: str) -> list[Any]:
+        if self._by_root is None:
+            self._by_root = {}
+            for record in self.records:
+                self._by_root.setdefault(record.root, []).append(record)
+        return self._by_root.get(name, [])
+
+    def view_changes(self, previous: Any) -> dict[str, Any] | None:
+        old = getattr(previous, "records", None)
+        if old is not None and len(old) == len(self.records) and all(map(is_, old, self.records)):
+            return {}
+        return None
+
+
+def as_source(source: Any) -> Any:
+    """An Inventory (or anything with ``view_columns``) as it is; a list of records wrapped."""
+    return source if hasattr(source, "view_columns") else RecordsSource(source)
+
+
+def _column_matches(name: str, device: str, words: tuple[str, ...]) -> bool:
+    """:func:`matches` for a plain tensor of the columns (type ``Tensor``, kind ``tensor``)."""
+    text = f"{name}\nTensor\ntensor\n{device}".lower()
+    return all(word in text for word in words)
+
+
+def _column_sort_key(sort: str) -> Callable[[str, str, int], tuple[Any, ...]]:
+    """:func:`sort_key` of a plain tensor's record, from its name, device and size."""
+    if sort == "size":
+        return lambda name, device, size: (-size, -size, natural_key(name))
+    if sort == "device":
+        return lambda name, device, size: ((device_sort_key(device),), -size, natural_key(name))
+    if sort == "type":
+        return lambda name, device, size: ("tensor", natural_key(name))
+    return lambda name, device, size: natural_key(name)
+
+
+def column_head(
+    columns: ColumnRows, sort: str, words: tuple[str, ...], count: int, reverse: bool
+) -> tuple[list[tuple[Any, str]], int]:
+    """The ``count`` first (last, when ``reverse``) plain tensors in ``sort`` order among
+    those matching ``words``, as (sort key, name), and how many match. Sort keys are made
+    only for the rows chosen: first by a number per row (size, device rank) with
+    ``heapq`` over a list of ints, then by natural name among the rows tied at the edge."""
+    names, devices, sizes = columns.names, columns.devices, columns.sizes
+    index: Sequence[int] = range(len(names))
+    if words:
+        index = [i for i in index if _column_matches(names[i], devices[i], words)]
+    matching = len(index)
+    if not matching or count <= 0:
+        return [], matching
+    pick = heapq.nlargest if reverse else heapq.nsmallest
+
+    def by_name(i: int) -> tuple[Any, ...]:
+        return natural_key(names[i])
+
+    primary: list[int] | None = None
+    if sort == "size":
+        primary = list(map(neg, sizes)) if not words else [-sizes[i] for i in index]
+    elif sort == "device":
+        ranks = {key: rank for rank, key in enumerate(sorted(set(map(device_sort_key, devices))))}
+        shift = 1 << 64  # above any size: the device decides, then the size
+        rank_of = {device: ranks[device_sort_key(device)] * shift for device in set(devices)}
+        primary = [rank_of[devices[i]] - sizes[i] for i in index]
+    key = _column_sort_key(sort)
+    if count >= matching:
+        chosen = list(index)
+    elif sort in ("name", "type"):  # by name (type: every plain tensor is a Tensor)
+        chosen = pick(count, index, key=by_name)
+    elif primary is None:  # a sort without a shortcut here: its whole key for every row
+        chosen = pick(count, index, key=lambda i: key(names[i], devices[i], sizes[i]))
+    else:
+        edge = pick(count, primary)[-1]
+        before = edge.__lt__ if reverse else edge.__gt__
+        chosen = list(compress(index, map(before, primary)))
+        tied = list(compress(index, map(edge.__eq__, primary)))
+        chosen += pick(count - len(chosen), tied, key=by_name)
+    return [(key(names[i], devices[i], sizes[i]), names[i]) for i in chosen], matching
+
+
+@dataclass
+class LiveWindow:
+    """One window of a changing namespace, kept up to date cheaply.
+
+    It keeps, sorted, only the *head* of the order: the rows up to the window's end plus
+    :data:`HEAD_RESERVE` (every other matching row sorts after them), with their records.
+    Opening it reads the plain tensors column-wise (:meth:`Inventory.view_columns`) and
+    builds records only for the head. ``update(inventory)`` asks the inventory what changed
+    since the one it showed (:meth:`Inventory.view_changes`: the records of the changed
+    names, then and now), moves only those in or out of the head and the counts, formats
+    only rows that changed, and returns the :class:`Delta` (None when the window and its
+    counts did not change). When that cannot be answered cheaply, or the head runs short of
+    rows, it looks at everything again. A list of records works too (:class:`RecordsSource`).
+    """
+
+    spec: WindowSpec
+    target: str | None = None
+    window: Window | None = None
+    counts: Tally = field(default_factory=Tally)
+    records_changed: bool = False  # whether the last update() saw any record change
+    _source: Any = None  # what the window shows now (an Inventory)
+    _words: tuple[str, ...] = ()
+    _head: list[tuple[Any, str]] = field(default_factory=list)  # (sort key, name), sorted
+    _complete: bool = True  # the head holds every matching row
+    _rows: dict[str, Any] = field(default_factory=dict)  # the head's records by name
+    _matching: int = 0
+    _total: int = 0
+    _made_from: dict[str, tuple[Any, Row]] = field(default_factory=dict)
+
+    def reset(
+        self, source: Any, spec: WindowSpec | None = None, target: str | None = None
+    ) -> Window:
+        """Look at everything: counts, the head, the window."""
+        if spec is not None:
+            self.spec = spec
+        self.target = target
+        self._words = filter_words(self.spec.filter)
+        self.window = None  # rows depend on the target: format them again
+        self._made_from = {}
+        source = as_source(source)
+        self._source = source
+        columns = source.view_columns()
+        others = source.other_records()
+        self._total = len(columns.names) + len(others)
+        self.counts = Tally(target)
+        self.counts.add(others)
+        self.counts.add_columns(columns)
+        self._fill(source, columns, others)
+        self.window = self._cut()
+        return self.window
+
+    def _reach(self) -> int:
+        spec = self.spec
+        return spec.offset + spec.limit + HEAD_RESERVE
+
+    def _fill(
+        self, source: Any, columns: ColumnRows | None = None, others: list[Any] | None = None
+    ) -> None:
+        """Choose the head among every row (O(namespace); a heap over the columns)."""
+        if columns is None:
+            columns = source.view_columns()
+        if others is None:
+            others = source.other_records()
+        sort, reverse, words = self.spec.sort, self.spec.reverse, self._words
+        reach = self._reach()
+        items, matching = column_head(columns, sort, words, reach, reverse)
+        records = {}
+        for record in others:
+            if not words or matches(record, words):
+                items.append((sort_key(record, sort), record.name))
+                records[record.name] = record
+        matching += len(records)
+        items.sort()
+        head = items[-reach:] if reverse else items[:reach]
+        rows = {}
+        for _, name in head:
+            record = records.get(name)
+            rows[name] = record if record is not None else source.records_of(name)[0]
+        self._head, self._rows, self._matching = head, rows, matching
+        self._complete = len(head) == matching
+
+    def _cut(self) -> Window:
+        spec = self.spec
+        head = self._head[::-1] if spec.reverse else self._head
+        page = [self._rows[name] for _, name in head[spec.offset : spec.offset + spec.limit]]
+        roots: dict[str, tuple[str, ...]] = {}
+        for root in {r.root for r in page if r.root != r.name}:  # parts move with the whole
+            roots.update(root_devices_of(self._source.records_of(root)))
+        previous = self._made_from if self.window is not None else {}
+        made: dict[str, tuple[Any, Row]] = {}
+        rows = []
+        for record in page:
+            old = previous.get(record.name)
+            # an unchanged record keeps its formatted row (formatting is the per-row cost)
+            if old is not None and old[0] is record and record.root == record.name:
+                row = old[1]
+            else:
+                row = make_row(record, self.target, roots.get(record.root))
+            made[record.name] = (record, row)
+            rows.append(row)
+        self._made_from = made
+        return Window(spec, tuple(rows), self._matching, self._total)
+
+    def update(self, source: Any) -> Delta | None:
+        """Bring the window to ``source``; the delta from the previous window, or None."""
+        self.records_changed = False
+        if self.window is None:
+            self.reset(source)
+            return None
+        source = as_source(source)
+        previous = self._source
+        if source is previous:
+            return None
+        before = self.window
+        changes = source.view_changes(previous) if type(previous) is type(source) else None
+        if changes is None:
+            self.reset(source, self.spec, self.target)
+            self.records_changed = True
+        else:
+            self._source = source
+            if not self._apply(source, changes):
+                return None
+            self.records_changed = True
+            self.window = self._cut()
+        after = self.window
+        delta = diff_windows(before, after)
+        if delta.empty and before.matching == after.matching and before.total == after.total:
+            return None
+        return delta
+
+    def _apply(self, source: Any, changes: dict[str, tuple[list[Any], list[Any]]]) -> bool:
+        """Move the changed names' records out of and into the head and the counts; whether
+        any record changed."""
+        sort, reverse, words = self.spec.sort, self.spec.reverse, self._words
+        head, rows, counts = self._head, self._rows, self.counts
+        changed = False
+        for old, new in changes.values():
+            if len(old) == len(new) and all(map(is_, old, new)):
+                continue
+            changed = True
+            counts.add(old, -1)
+            counts.add(new)
+            self._total += len(new) - len(old)
+            for record in old:
+                if words and not matches(record, words):
+                    continue
+                self._matching -= 1
+                shown = rows.pop(record.name, None)
+                if shown is not None:
+                    item = (sort_key(shown, sort), record.name)
+                    index = bisect_left(head, item)
+                    if index < len(head) and head[index] == item:
+                        del head[index]
+            for record in new:
+                if words and not matches(record, words):
+                    continue
+                self._matching += 1
+                item = (sort_key(record, sort), record.name)
+                if self._complete or (head and (item > head[0] if reverse else item < head[-1])):
+                    insort(head, item)
+                    rows[record.name] = record
+        if not changed:
+            return False
+        reach = self._reach()
+        if len(head) > 2 * reach:  # keep the head short: the rest sorts after it anyway
+            cut = slice(0, len(head) - reach) if reverse else slice(reach, len(head))
+            dropped = head[cut]
+            del head[cut]
+            for _, name in dropped:
+                rows.pop(name, None)
+        if len(head) == self._matching:
+            self._complete = True
+        else:
+            self._complete = False
+            if len(head) < min(self._matching, self.spec.offset + self.spec.limit):
+                self._fill(source)  # rows left the head and none is known to follow: look again
+        return True
+
+    def retarget(self, target: str | None) -> Window:
+        self.target = target
+        self.window = None
+        # (never ``self._source or []``: an Inventory's truth value counts every record)
+        return self.reset(self._source if self._source is not None else [], self.spec, target)

@@ -1,0 +1,243 @@
+"""Rows: what one record looks like in every table -- its one size figure (gradients apart),
+shape text, status, what its button does or why it cannot -- and the sort keys every view
+sorts by (size by real bytes, names naturally: ``x2`` before ``x10``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..units import device_sort_key, format_bytes
+
+#: Internal codes some parts of the core use, said in words wherever a view shows them.
+REASON_WORDS = {
+    "not_on_expected_device": "a tensor is not on the device the operation expected",
+    "already_there": "already on the target device",
+    "meta": "meta tensors hold no data",
+}
+
+
+def in_words(reason: str) -> str:
+    """A reason for display: internal codes (``not_on_expected_device``) become words."""
+    reason = reason.strip()
+    if reason in REASON_WORDS:
+        return REASON_WORDS[reason]
+    if re.fullmatch(r"[a-z]+(_[a-z]+)+", reason):
+        return reason.replace("_", " ")
+    return reason
+
+
+# -- sorting ----------------------------------------------------------------------------------
+
+_DIGITS = re.compile(r"(\d+)")
+_natural_cache: dict[str, tuple[Any, ...]] = {}
+
+
+def natural_key(name: str) -> tuple[Any, ...]:
+    """``x2`` before ``x10``; case-insensitive, then the exact spelling to break ties."""
+    key = _natural_cache.get(name)
+    if key is None:
+        lower = name.lower()
+        prefix = lower.rstrip("0123456789")
+        if prefix.replace("_", "").isalpha():
+            # the common shape (x, t123, layer_10): what the split below gives, without it
+            digits = lower[len(prefix) :]
+            parts: Any = (prefix, int(digits), "") if digits else (lower,)
+            key = (parts, name)
+        else:
+            parts = _DIGITS.split(lower)
+            parts[1::2] = map(int, parts[1::2])  # split() puts the digit runs at odd places
+            key = (tuple(parts), name)
+        if len(_natural_cache) > 500_000:
+            _natural_cache.clear()
+        _natural_cache[name] = key
+    return key
+
+
+def sort_key(record: Any, sort: str) -> tuple[Any, ...]:
+    """Every view sorts with this: size by the real bytes (biggest first), then name."""
+    if sort == "size":
+        return (-record.data_bytes(), -record.would_need_bytes, natural_key(record.name))
+    if sort == "device":
+        return (
+            tuple(map(device_sort_key, record.devices)),
+            -record.data_bytes(),
+            natural_key(record.name),
+        )
+    if sort == "type":
+        return (record.type.lower(), natural_key(record.name))
+    return natural_key(record.name)
+
+
+# -- rows ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """A button: its label, whether pressing it can do something, and why not (or what)."""
+
+    enabled: bool
+    label: str
+    reason: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"enabled": self.enabled, "label": self.label, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One displayed row. ``key`` is unique within a view (the record's name)."""
+
+    key: str
+    name: str
+    root: str
+    kind: str
+    type: str
+    device: str
+    dtype: str
+    shape: str
+    size: str  # one figure: the object's own data (what meta rows would need, said so)
+    size_bytes: int
+    grad: str  # gradients, apart ("" when none)
+    grad_bytes: int
+    status: str  # "", "hidden", "spans cpu, meta", "shares storage with y", notes
+    selectable: bool
+    action: Action
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "name": self.name,
+            "root": self.root,
+            "kind": self.kind,
+            "type": self.type,
+            "device": self.device,
+            "dtype": self.dtype,
+            "shape": self.shape,
+            "size": self.size,
+            "size_bytes": self.size_bytes,
+            "grad": self.grad,
+            "grad_bytes": self.grad_bytes,
+            "status": self.status,
+            "selectable": self.selectable,
+            "action": self.action.to_wire(),
+        }
+
+    def cells(self) -> tuple[str, ...]:
+        """The text columns, in :data:`COLUMNS` order (render.py and the widget draw these)."""
+        return (self.name, self.type, self.device, self.dtype, self.shape, self.size, self.grad)
+
+
+COLUMNS = ("name", "type", "device", "dtype", "shape", "size", "grad")
+
+
+def shape_text(record: Any) -> str:
+    if record.shape is not None:
+        return "(" + ", ".join(map(str, record.shape)) + ")"
+    if record.kind == "module":
+        return f"{record.param_count:,} params"
+    if record.kind == "container":
+        return f"{record.element_count:,} items"
+    if record.kind == "optimizer":
+        return f"{record.numel:,} states"
+    return ""
+
+
+def size_text(record: Any) -> str:
+    own = record.data_bytes()
+    if record.devices == ("meta",) or (own == 0 and record.would_need_bytes):
+        return f"0 B (meta; needs {format_bytes(record.would_need_bytes - record.grad_bytes)})"
+    text = format_bytes(own)
+    extra = record.would_need_bytes - record.bytes
+    if extra > 0:  # some parts on meta: say what they would need
+        text += f" (+{format_bytes(extra)} on meta)"
+    return text
+
+
+def _same_device(device: str, target: str) -> bool:
+    """``cuda`` and ``cuda:0`` name the same device."""
+
+    def norm(name: str) -> str:
+        name = name.strip()
+        return name if ":" in name or name in ("cpu", "meta") else name + ":0"
+
+    return norm(device) == norm(target)
+
+
+def row_action(
+    record: Any, target: str | None, root_devices: Sequence[str] | None = None
+) -> Action:
+    """What this row's button does for ``target``, or why it cannot do anything."""
+    label = f"→ {target}" if target else "→"
+    if record.hidden:
+        return Action(False, label, f"{record.name} is held only by IPython's output history")
+    if record.kind == "optimizer" and not record.bytes and not record.devices:
+        return Action(
+            False,
+            label,
+            f"{record.name} has no state yet (it gets some at its first step); "
+            "its parameters move with their module",
+        )
+    if not record.movable:
+        why = in_words(record.note) if record.note else "it holds no data to move"
+        return Action(False, label, f"{record.name} cannot be moved: {why}")
+    if not target:
+        return Action(False, label, "no target device is available")
+    devices = tuple(root_devices) if root_devices is not None else record.devices
+    if not devices:
+        return Action(False, label, f"{record.root} holds no tensors")
+    if all(_same_device(d, target) for d in devices):
+        return Action(False, label, f"{record.root} is already on {target}")
+    if record.root != record.name:
+        return Action(
+            True, label, f"Move {record.root} (all of it, not just {record.name}) to {target}"
+        )
+    return Action(True, label, f"Move {record.name} to {target}")
+
+
+def status_text(record: Any) -> str:
+    parts = []
+    if record.hidden:
+        parts.append("held by output history")
+    if record.mixed and record.kind != "optimizer":
+        parts.append(f"spans {', '.join(record.devices)}")
+    if record.note and not record.note.startswith("spans "):
+        parts.append(in_words(record.note))
+    if record.shares_with:
+        others = ", ".join(record.shares_with[:3])
+        more = f" +{len(record.shares_with) - 3}" if len(record.shares_with) > 3 else ""
+        parts.append(f"shares storage with {others}{more}")
+    return "; ".join(dict.fromkeys(parts))
+
+
+def make_row(record: Any, target: str | None, root_devices: Sequence[str] | None = None) -> Row:
+    grad = format_bytes(record.grad_bytes) if record.grad_bytes else ""
+    action = row_action(record, target, root_devices)
+    return Row(
+        key=record.name,
+        name=record.name,
+        root=record.root,
+        kind=record.kind,
+        type=record.type,
+        device=record.device,
+        dtype=record.dtype or "",
+        shape=shape_text(record),
+        size=size_text(record),
+        size_bytes=record.data_bytes(),
+        grad=grad,
+        grad_bytes=record.grad_bytes,
+        status=status_text(record),
+        selectable=bool(record.movable and not record.hidden),
+        action=action,
+    )
+
+
+def root_devices_of(records: Iterable[Any]) -> dict[str, tuple[str, ...]]:
+    """For parts of a top-level name (``batch['x']``): the devices of the whole name."""
+    found: dict[str, set[str]] = {}
+    for record in records:
+        if record.root != record.name:
+            found.setdefault(record.root, set()).update(record.devices)
+    return {root: tuple(sorted(d, key=device_sort_key)) for root, d in found.items()}
