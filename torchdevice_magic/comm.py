@@ -292,8 +292,10 @@ class SidebarChannel:
         if names is None:
             return None
         inventory = self.session.rescan()
-        movable = {r.root for r in inventory.records if not r.hidden}
-        unknown = [name for name in names if name not in movable]
+        # each name asked by itself: no record per tensor of a big namespace for one row
+        unknown = [
+            name for name in names if not any(not r.hidden for r in inventory.records_of(name))
+        ]
         if unknown:
             raise MoveError(f"unknown name(s): {', '.join(unknown[:5])}")
         return list(dict.fromkeys(names))
