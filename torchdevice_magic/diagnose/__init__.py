@@ -8,6 +8,7 @@ only through ``torchdevice_magic.scan()``.
 - :mod:`.cells`   a cell parsed once (``transform_cell`` + ``ast``) for every consumer
 - :mod:`.core`    :func:`diagnose`: the matching rule, the culprits, the safe fix
 - :mod:`.candidates` what an error could involve and what the scan says about each
+- :mod:`.collect` where candidates are found (cell, user frames, attributes), their names
 - :mod:`.sources` the user's code read without running it: sources, frames' names, lines
 - :mod:`.explain` :class:`Diagnosis` and its text/HTML rendering
 - :mod:`.frames`  user frames vs library frames; short tracebacks
