@@ -1,0 +1,370 @@
+"""Candidates: what a device error could involve, and what the scan says about each.
+
+A candidate is a name (in the cell, a frame, a module attribute, or an expression no variable
+holds) with an :class:`_Info`: its category, its bytes per device, its dtype, where its model
+parameters are. The :class:`_Collector` asks ``torchdevice_magic.scan()`` (the one walker)
+about all of them at once and keeps no reference to them afterwards. Also here: the small
+device-string helpers every later step uses (same device, on target, a target normalised, a
+device quoted as Python).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..units import device_sort_key
+from .cells import Cell, Creation
+from .rules import normalize_device
+
+
+def _torch() -> Any:
+    return sys.modules.get("torch")
+
+
+@dataclass
+class _Info:
+    """What the scan said about one candidate (no reference to it is kept afterwards)."""
+
+    kind: str
+    category: str  # "tensor" | "module" | "optimizer" | "container" | "object" | "expression"
+    by_device: dict[str, int]  # needed bytes per device (meta: what it would need)
+    actual: int
+    dtype: str | None = None
+    trainable_leaf: bool = False
+    is_parameter: bool = False
+    container: str | None = None  # "list" | "tuple" | "dict"
+    all_tensors: bool = True
+    meta_params: bool = False
+    #: bytes of model parameters per device (module: its own; optimizer: its params'), which
+    #: decide where things should go: data follows the model, optimizer state its parameters
+    anchor: dict[str, int] = field(default_factory=dict)
+    #: for an object holding modules (``trainer.model``): (attribute path, devices) of each
+    modules: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(sorted(self.by_device, key=device_sort_key))
+
+    @property
+    def needed(self) -> int:
+        return sum(self.by_device.values())
+
+    @property
+    def has_meta_data(self) -> bool:
+        return "meta" in self.by_device and self.category != "expression"
+
+
+@dataclass
+class _Candidate:
+    name: str
+    where: str  # "cell" | "frame <func>" | "line <n>" | "attribute <Class>"
+    obj_id: int
+    info: _Info
+    order: int
+    label: str = ""
+    alias: str | None = None
+    loop_var: bool = False
+    covered: bool = False  # a container whose failing item is itself a candidate
+    shares: frozenset[str] = frozenset()  # labels of other candidates sharing storage
+    creation: Creation | None = None  # for "expression" candidates
+    src_cell: Cell | None = None  # for an expression in a function: that function's source
+    lineno: int | None = None
+    owner: str | None = None  # for "attribute": the module's namespace name (or None)
+    owner_id: int | None = None  # for "attribute": id() of that module, until it is named
+    attr: str | None = None
+    cls: Any = None  # for "attribute": the module's class (dropped after the fix is made)
+    #: a local a Module method made itself (``h0 = torch.zeros(...)`` in forward()), read by
+    #: the failing line: its code (dropped after the fix is made) and the method's tensor
+    #: arguments as (name, id), to make it on an argument's device
+    code: Any = None
+    tensor_args: tuple[tuple[str, int], ...] = ()
+    made_here: bool = False
+    root_name: str | None = None  # for "attribute": the namespace module holding its owner
+    siblings: int = 0  # for "attribute": modules of the owner's class with the same attribute
+    module_method: bool = False  # a local of a Module method (forward)
+
+
+def _is_type(obj: Any, cls: Any) -> bool:
+    try:
+        return issubclass(type(obj), cls)
+    except Exception:
+        return False
+
+
+_ATTR_PATH = re.compile(r"(\.[A-Za-z_]\w*)+")
+
+
+def _needed_by_device(record: Any) -> dict[str, int]:
+    by_device = {d: int(n) for d, n in dict(record.bytes_by_device).items()}
+    if record.kind == "module":
+        # a module's figure is its own data, gradients apart, as in the table (data_bytes())
+        for d, grad in dict(record.grad_bytes_by_device).items():
+            by_device[d] = max(by_device.get(d, 0) - int(grad), 0)
+    if "meta" in record.devices:
+        extra = max(0, int(record.would_need_bytes) - int(record.bytes))
+        by_device["meta"] = by_device.get("meta", 0) + extra
+    return by_device
+
+
+def _info_from_records(records: list[Any], label: str, obj: Any, torch: Any) -> _Info | None:
+    if not records:
+        return None
+    if len(records) == 1 and records[0].name == label:
+        r = records[0]
+        if r.kind in ("tensor", "parameter"):
+            leaf = False
+            try:
+                leaf = bool(obj.requires_grad) and bool(obj.is_leaf)
+            except Exception:
+                leaf = False
+            return _Info(
+                kind=r.type,
+                category="tensor",
+                by_device=_needed_by_device(r),
+                actual=int(r.bytes),
+                dtype=r.dtype,
+                trainable_leaf=leaf,
+                is_parameter=r.kind == "parameter",
+            )
+        if r.kind == "module":
+            by_device = _needed_by_device(r)
+            return _Info(
+                kind=r.type,
+                category="module",
+                by_device=by_device,
+                actual=r.data_bytes(),  # the figure the table shows: gradients apart
+                meta_params="meta" in r.devices,
+                anchor=dict(by_device),
+            )
+        if r.kind == "optimizer":
+            by_device = {d: 0 for d in r.param_devices}
+            for d, n in dict(r.state_bytes or r.bytes_by_device).items():
+                by_device[d] = by_device.get(d, 0) + int(n)
+            if not by_device:
+                return None
+            return _Info(
+                kind=r.type,
+                category="optimizer",
+                by_device=by_device,
+                actual=int(r.bytes),
+                anchor={d: 0 for d in r.param_devices},
+            )
+        if not r.devices:
+            return None
+    # a container: its tensor elements (or one aggregated record)
+    by_device = {}
+    actual = 0
+    count = 0
+    for r in records:
+        if not r.devices:
+            continue
+        for d, n in _needed_by_device(r).items():
+            by_device[d] = by_device.get(d, 0) + n
+        actual += int(r.bytes)
+        count += max(1, int(r.element_count or 0)) if r.name == label else 1
+    if not by_device:
+        return None
+    container = (
+        "dict"
+        if _is_type(obj, dict)
+        else "list"
+        if _is_type(obj, list)
+        else "tuple"
+        if _is_type(obj, tuple)
+        else None
+    )
+    if container is None:
+        # PackedSequence and other tensor-holding objects: shown, moved by hand
+        packed = getattr(getattr(getattr(torch, "nn", None), "utils", None), "rnn", None)
+        packed = getattr(packed, "PackedSequence", None)
+        kind = "PackedSequence" if packed is not None and _is_type(obj, packed) else None
+        if kind is not None:
+            return _Info(kind=kind, category="tensor", by_device=by_device, actual=actual)
+        # any other object holding tensors (a DataLoader's dataset, a trainer): listed only
+        # where nothing more direct is on its devices (see _diagnose). A trainer's model
+        # (``trainer.model``) and optimizer are anchors like a model in the namespace: the
+        # batch follows them, not the other way round.
+        anchor: dict[str, int] = {}
+        modules: list[tuple[str, tuple[str, ...]]] = []
+        for r in records:
+            suffix = r.name[len(label) :] if r.name.startswith(label) else ""
+            if r.kind == "module":
+                for d, n in _needed_by_device(r).items():
+                    anchor[d] = anchor.get(d, 0) + n
+                if _ATTR_PATH.fullmatch(suffix):
+                    modules.append((suffix, tuple(r.devices)))
+            elif r.kind == "optimizer":
+                for d in r.param_devices:
+                    anchor.setdefault(d, 0)
+        return _Info(
+            kind=type(obj).__name__,
+            category="object",
+            by_device=by_device,
+            actual=actual,
+            anchor=anchor,
+            modules=tuple(modules),
+        )
+    lengths: dict[str, Callable[[Any], int]] = {
+        "dict": dict.__len__,
+        "list": list.__len__,
+        "tuple": tuple.__len__,
+    }
+    try:
+        size = lengths[container](obj)
+    except Exception:
+        size = count
+    noun = "tensor" if count == 1 else "tensors"
+    return _Info(
+        kind=f"{container} of {count} {noun}",
+        category="container",
+        by_device=by_device,
+        actual=actual,
+        container=container,
+        all_tensors=size == count,
+    )
+
+
+class _Collector:
+    """Gathers candidate objects by id, then asks scan() about all of them at once."""
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+        self.entries: list[dict[str, Any]] = []
+        self.by_id: dict[int, dict[str, Any]] = {}
+        # Objects a getattr chain produced may be temporaries; keep them alive until we are
+        # done so that no id is reused by another object and mistaken for it.
+        self.keepalive: list[Any] = []
+
+    def add(self, name: str, where: str, obj: Any, **extra: Any) -> None:
+        if id(obj) in self.by_id or len(self.entries) >= 80:
+            return  # the same object seen first in the cell or an outer frame wins
+        try:
+            tp = type(obj)  # type(), not obj.__class__: nothing of the user's class runs
+            if obj is None or issubclass(tp, (int, float, str, bytes, complex, type)):
+                return
+            if issubclass(tp, types.ModuleType) or (
+                callable(obj) and not issubclass(tp, self.torch.nn.Module)
+            ):
+                return  # functions, classes, modules: no tensors of their own
+        except Exception:
+            return
+        self.keepalive.append(obj)
+        entry = {"name": name, "where": where, "obj": obj, **extra}
+        self.entries.append(entry)
+        self.by_id[id(obj)] = entry
+
+    def candidates(self) -> list[_Candidate]:
+        from .. import scan  # the package's public function: the one walker
+
+        labels = {f"c{i}": e["obj"] for i, e in enumerate(self.entries)}
+        try:
+            inventory = scan(labels)
+            records = list(inventory.records)
+        except Exception:
+            records = []
+        by_root: dict[str, list[Any]] = {}
+        root_of: dict[str, str] = {}
+        for r in records:
+            by_root.setdefault(r.root, []).append(r)
+            root_of[r.name] = r.root
+        out: list[_Candidate] = []
+        for i, e in enumerate(self.entries):
+            label = f"c{i}"
+            info = _info_from_records(by_root.get(label, []), label, e["obj"], self.torch)
+            if info is None:
+                continue
+            shares = set()
+            for r in by_root.get(label, []):
+                for other in r.shares_with:
+                    root = root_of.get(other, other)
+                    if root != label:
+                        shares.add(root)
+            out.append(
+                _Candidate(
+                    e["name"],
+                    e["where"],
+                    id(e["obj"]),
+                    info,
+                    order=i,
+                    label=label,
+                    loop_var=e.get("loop_var", False),
+                    shares=frozenset(shares),
+                    owner_id=e.get("owner"),
+                    attr=e.get("attr"),
+                    cls=e.get("cls"),
+                    code=e.get("code"),
+                    made_here=e.get("code") is not None,
+                    module_method=e.get("module_method", False),
+                    tensor_args=e.get("tensor_args", ()),
+                )
+            )
+        return out
+
+
+def _same_device(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    ta, _, ia = a.partition(":")
+    tb, _, ib = b.partition(":")
+    return ta == tb and (not ia or not ib)
+
+
+def _on_target(devices: tuple[str, ...], target: str) -> bool:
+    return bool(devices) and all(_same_device(d, target) for d in devices)
+
+
+def _normalize_target(target: str) -> str:
+    raw = str(target).strip()
+    torch = _torch()
+    if torch is not None:
+        try:
+            return str(torch.device(raw.lower()))
+        except Exception:
+            pass
+    return normalize_device(raw)
+
+
+def _quote(device: str) -> str:
+    return '"' + device.replace('"', "") + '"'
+
+
+def _expression_candidates(
+    creations: Any,
+    missing: Any,
+    where: str,
+    offset: int,
+    lineno: int,
+    src_cell: Cell | None = None,
+) -> list[_Candidate]:
+    """Candidates for the unnamed tensors a line makes on one of the ``missing`` devices (an
+    expression in the cell, ``offset`` 0, or in a function's line, ``offset`` 100: its
+    candidates come after the cell's)."""
+    found = []
+    for n, creation in enumerate(creations):
+        dev = creation.device
+        if dev is None or not any(_same_device(_normalize_target(dev), m) for m in missing):
+            continue
+        info = _Info(
+            kind="expression",
+            category="expression",
+            by_device={_normalize_target(dev): 0},
+            actual=0,
+        )
+        found.append(
+            _Candidate(
+                creation.text,
+                where,
+                -1 - offset - n,
+                info,
+                order=10_000 + offset + n,
+                creation=creation,
+                lineno=lineno,
+                src_cell=src_cell,
+            )
+        )
+    return found

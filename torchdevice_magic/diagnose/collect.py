@@ -1,0 +1,363 @@
+"""Where candidates are found, and what they are called.
+
+Three places: the names the failing cell reads (looked up in the user's namespace with plain
+getattr, as the cell did, never through a tensor), the locals of the innermost *user* frames
+of the traceback (and the plain tensor attributes a Module method reads, which ``.to()``
+never moved), and a tensor nobody named made in the failing line of a user function. A
+candidate the namespace also holds is named after that binding (``model.enc[0]``), so the fix
+is something a cell can run. Objects are read only through ``__dict__``/``_modules`` and
+identity; what they hold comes from the scan (:mod:`.candidates`).
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+import types
+from collections.abc import Mapping
+from typing import Any
+
+from .candidates import _Candidate, _Collector, _expression_candidates, _is_type, _quote
+from .cells import Cell, parse_cell
+from .frames import user_frames
+from .sources import (
+    _frame_argument_names,
+    _function_source,
+    _line_names,
+    _loop_locals,
+    _method_self,
+)
+
+_STEP = re.compile(r'\.([A-Za-z_]\w*)|\[(\d+)\]|\["([^"\\]*)"\]')
+
+
+def _resolve(namespace: Mapping[str, Any], chain: str, torch: Any) -> tuple[bool, Any]:
+    """Look ``a.b.c`` up with plain getattr, as the cell itself did; never through a tensor
+    (``x.T``, ``x.grad``, ``x.data`` are views or parts of ``x``, which is listed itself).
+    ``model[2].scale`` / ``model["enc"]`` (the fix's own spelling of a submodule) are read from
+    the module's ``_modules`` dict, so no ``__getitem__`` of the user's runs."""
+    head, sep, tail = chain.partition(".")
+    bracket = head.find("[")
+    if bracket > 0:
+        head, tail, sep = head[:bracket], chain[bracket:], ""
+    steps: list[tuple[str, str]] = []
+    rest = (sep and "." + tail) or tail
+    pos = 0
+    while pos < len(rest):
+        m = _STEP.match(rest, pos)
+        if m is None:
+            return False, None
+        attr, index, key = m.groups()
+        steps.append(("attr", attr) if attr is not None else ("item", index or key or ""))
+        pos = m.end()
+    try:
+        if head not in namespace:
+            return False, None
+        obj = namespace[head]
+    except Exception:
+        return False, None
+    for how, attr in steps:
+        if torch is not None and _is_type(obj, torch.Tensor):
+            return False, None
+        if _is_type(obj, types.ModuleType):
+            # ``torch.nn.functional`` etc.: library modules hold no user data
+            return False, None
+        try:
+            if how == "item":
+                if torch is None or not _is_type(obj, torch.nn.Module):
+                    return False, None
+                children = object.__getattribute__(obj, "_modules")
+                if attr not in children:
+                    return False, None
+                obj = children[attr]
+            else:
+                obj = getattr(obj, attr)
+        except Exception:
+            return False, None
+    return True, obj
+
+
+def _submodule_expr(root_name: str, root: Any, path: str, torch: Any) -> str:
+    """Python for the submodule that ``named_modules()`` calls ``path`` (``"2"``, ``"enc.0"``):
+    ``model[2]``, ``model.enc[0]``, ``model["a-b"]`` -- something a cell can run, unlike the
+    dotted name. Read from each module's ``_modules`` dict (no user code runs)."""
+    nn = torch.nn
+    fallback = f"{root_name}.get_submodule({_quote(path)})"
+    expr, mod = root_name, root
+    for part in path.split("."):
+        try:
+            children = object.__getattribute__(mod, "_modules")
+            child = children[part]
+        except Exception:
+            return fallback
+        if part.isidentifier() and not keyword.iskeyword(part) and part not in type(mod).__dict__:
+            expr += f".{part}"
+        elif part.isdigit() and _is_type(mod, (nn.Sequential, nn.ModuleList)):
+            expr += f"[{part}]"
+        elif _is_type(mod, nn.ModuleDict):
+            expr += f"[{_quote(part)}]"
+        else:
+            return fallback
+        mod = child
+    return expr
+
+
+def _is_namespace_dict(value: Any) -> bool:
+    try:
+        return type(value) is dict and "__builtins__" in value
+    except Exception:
+        return False
+
+
+def _module_attribute_tensors(self_obj: Any, code: Any, torch: Any) -> list[tuple[str, Any]]:
+    """Plain tensor attributes of a module that its method reads (``self.scale``): in the
+    instance dict, so ``module.to()`` never moved them. Read from ``__dict__`` only: no
+    property or ``__getattr__`` of the user's class runs."""
+    try:
+        instance = object.__getattribute__(self_obj, "__dict__")
+        names = set(code.co_names)
+    except Exception:
+        return []
+    out = []
+    for name in sorted(names):
+        try:
+            value = dict.get(instance, name)
+        except Exception:
+            continue
+        if _is_type(value, torch.Tensor) and not _is_type(value, torch.nn.Parameter):
+            out.append((name, value))
+    return out
+
+
+def _collect(
+    err: BaseException,
+    chain: list[BaseException],
+    namespace: Mapping[str, Any] | None,
+    cell: Cell,
+    torch: Any,
+) -> list[_Candidate]:
+    collector = _Collector(torch)
+    # (a) what the cell reads, looked up in the namespace
+    if cell.tree is not None and namespace is not None:
+        loop_vars = cell.loop_vars
+        for chain_name, _, _ in cell.reads:
+            try:
+                ok, obj = _resolve(namespace, chain_name, torch)
+                if ok:
+                    collector.add(chain_name, "cell", obj, loop_var=chain_name in loop_vars)
+            except Exception:
+                pass  # a hostile object is skipped, not fatal
+            obj = None
+
+    # (b) locals of the innermost user frames (outermost of them first, so a tensor that is
+    # ``batch_X`` in train() is not renamed ``x`` from forward())
+    frames: list[Any] = []
+    try:
+        for e in [err, *[c for c in chain if c is not err]]:
+            frames = user_frames(getattr(e, "__traceback__", None))
+            if frames:
+                break
+        for frame in frames:
+            try:
+                code = frame.f_code
+                func = code.co_name
+                local_items = list(dict(frame.f_locals).items())
+            except Exception:
+                continue
+            args = _frame_argument_names(code)
+            loops = _loop_locals(code)
+            self_obj = _method_self(code, local_items)
+            in_module_method = _is_type(self_obj, torch.nn.Module)
+            line_names = _line_names(frame) if in_module_method else set()
+            tensor_args = tuple(
+                (k, id(v)) for k, v in local_items if k in args and _is_type(v, torch.Tensor)
+            )
+            for name, value in local_items[:2000]:
+                if not isinstance(name, str) or name.startswith("."):
+                    continue
+                if _is_namespace_dict(value):
+                    continue  # a globals()/user_ns passed around (exec), not data
+                # Inside a Module method, non-argument locals are intermediates computed from
+                # the arguments and parameters (fixing the inputs fixes them) -- except what
+                # the failing line reads that the method made itself: ``torch.zeros(...)``
+                # without a device (an LSTM's h0) is made on the cpu whatever the input.
+                if in_module_method and name not in args:
+                    if name in line_names and _is_type(value, torch.Tensor):
+                        collector.add(
+                            name, f"frame {func}", value, code=code, tensor_args=tensor_args
+                        )
+                    continue
+                collector.add(
+                    name,
+                    f"frame {func}",
+                    value,
+                    loop_var=name in loops,
+                    module_method=in_module_method,
+                )
+            if in_module_method:
+                for attr, value in _module_attribute_tensors(self_obj, code, torch):
+                    collector.add(
+                        f"self.{attr}",
+                        f"attribute {type(self_obj).__name__}",
+                        value,
+                        attr=attr,
+                        owner=id(self_obj),
+                        cls=type(self_obj),
+                    )
+            local_items = []
+            self_obj = None
+    finally:
+        frames = []
+
+    cands = collector.candidates()
+    # Frame objects that the namespace also holds (e.g. ``self`` in forward() is ``model``):
+    # name the fix after the namespace binding, which the user can run in a cell.
+    if namespace is not None:
+        _find_aliases(cands, collector, namespace, torch)
+    collector.keepalive.clear()
+
+    # A submodule the cell also reaches through its parent (``model`` and ``model.fc``) adds
+    # nothing if it is on the same devices: keep the parent. Likewise a parameter
+    # (``model.fc.weight``) next to its module. Storage sharing (from the scan) says who is
+    # part of whom.
+    by_label = {c.label: c for c in cands}
+    drop: set[str] = set()
+    for c in cands:
+        if c.where.startswith("attribute"):
+            continue
+        for other_label in c.shares:
+            parent = by_label.get(other_label)
+            if parent is None or parent.label in drop:
+                continue
+            if parent.info.category == "module" and c.info.category == "module":
+                # ``model`` and ``model.fc``: the bigger (or, equal, the first) is the parent
+                part = parent.info.needed > c.info.needed or (
+                    parent.info.needed == c.info.needed and parent.order < c.order
+                )
+            else:
+                # a parameter of a module, the state dict of an optimizer (``opt.state``)
+                part = parent.info.category in ("module", "optimizer") and c.info.category in (
+                    "tensor",
+                    "container",
+                    "object",
+                )
+            if part and set(c.info.by_device) <= set(parent.info.by_device):
+                drop.add(c.label)
+                break
+    # ``for batch_X in xs: model(batch_X)``: moving the batch where it is used beats moving
+    # the whole list, so the list is listed but not moved.
+    for c in cands:
+        if c.info.category == "container" and any(
+            by_label.get(label) is not None
+            and by_label[label].info.category == "tensor"
+            and (by_label[label].where == "cell" or by_label[label].loop_var)
+            for label in c.shares
+        ):
+            c.covered = True
+    return [c for c in cands if c.label not in drop]
+
+
+def _find_aliases(
+    cands: list[_Candidate], collector: _Collector, namespace: Mapping[str, Any], torch: Any
+) -> None:
+    wanted = {c.obj_id: c for c in cands if c.where != "cell"}
+    owners = {c.owner_id: c for c in cands if c.owner_id is not None}
+    if not wanted and not owners:
+        return
+    try:
+        items = list(dict.items(namespace) if isinstance(namespace, dict) else namespace.items())
+    except Exception:
+        return
+    owner_names: dict[int, str] = {}
+    owner_roots: dict[int, tuple[str, Any]] = {}  # owner id -> (namespace name, module)
+    for name, value in items[:20_000]:
+        if not isinstance(name, str) or name.startswith("_"):
+            continue
+        hit = wanted.get(id(value))
+        if hit is not None and hit.alias is None:
+            hit.alias = name
+        if id(value) in owners and id(value) not in owner_names:
+            owner_names[id(value)] = name
+            owner_roots[id(value)] = (name, value)
+        if (wanted or owners) and _is_type(value, torch.nn.Module):
+            try:
+                # names only (identity lookups), as torch itself enumerates submodules
+                for n, (sub_name, sub) in enumerate(torch.nn.Module.named_modules(value)):
+                    if n > 100_000:
+                        break
+                    if not sub_name:
+                        continue
+                    hit = wanted.get(id(sub))
+                    in_owners = id(sub) in owners and id(sub) not in owner_names
+                    if (hit is not None and hit.alias is None) or in_owners:
+                        expr = _submodule_expr(name, value, sub_name, torch)
+                        if hit is not None and hit.alias is None:
+                            hit.alias = expr
+                        if in_owners:
+                            owner_names[id(sub)] = expr
+                            owner_roots[id(sub)] = (name, value)
+            except Exception:
+                continue
+    for c in cands:
+        if c.owner_id is not None:
+            root = owner_roots.get(c.owner_id)
+            owner = owner_names.get(c.owner_id)
+            c.owner = owner
+            if owner is not None:
+                c.alias = f"{owner}.{c.attr}"
+            if root is not None and c.cls is not None and c.attr:
+                c.root_name = root[0]
+                c.siblings = _left_behind_count(root[1], c.cls, c.attr, torch)
+
+
+def _left_behind_count(root: Any, cls: Any, attr: str, torch: Any) -> int:
+    """How many modules of ``cls`` in ``root`` hold ``attr`` as a plain tensor attribute
+    (every ``Attn`` of a ModuleList was left behind by ``.to()``, not only the failing one)."""
+    count = 0
+    try:
+        for n, module in enumerate(torch.nn.Module.modules(root)):
+            if n > 100_000:
+                break
+            if type(module) is not cls:
+                continue
+            value = dict.get(object.__getattribute__(module, "__dict__"), attr)
+            if _is_type(value, torch.Tensor):
+                count += 1
+    except Exception:
+        return count
+    return count
+
+
+def frame_creations(
+    err: BaseException,
+    chain: list[BaseException],
+    missing: list[str],
+    relevant: list[_Candidate],
+) -> None:
+    """A tensor nobody named, made in the line of the innermost user function that failed
+    (``return model(x) * torch.ones(3, 4)`` inside ``train()``): a candidate whose fix
+    rewrites that line of the function."""
+    frames: list[Any] = []
+    for e in [err, *chain]:
+        frames = user_frames(getattr(e, "__traceback__", None), limit=1)
+        if frames:
+            break
+    if not frames:
+        return
+    try:
+        frame = frames[-1]
+        code, lineno, namespace = frame.f_code, frame.f_lineno, frame.f_globals
+    except Exception:
+        return
+    frames = []
+    found = _function_source(code)
+    if found is None:
+        return
+    source, first = found
+    fcell = parse_cell(source)
+    rel = lineno - first + 1
+    relevant.extend(
+        _expression_candidates(
+            fcell.creations_in(rel, namespace), missing, f"frame {code.co_name}", 100, rel, fcell
+        )
+    )
