@@ -22,7 +22,7 @@ from .objects import StorageKey, TorchTypes
 from .records import Record
 
 if TYPE_CHECKING:
-    from .scanner import Inventory
+    from .scanresult import Inventory
 
 
 # --------------------------------------------------------------------------------------------
