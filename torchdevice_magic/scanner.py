@@ -16,6 +16,17 @@ The scan never keeps a user's tensor alive: an :class:`Inventory` holds numbers 
 ids, the shapes of walked containers (keys, never values), and weak references to modules and
 optimizers (never to Parameters: torch's swap-based ``Module._apply`` refuses to swap tensors
 that have weak references).
+
+This module keeps the entry points (:class:`Scanner`, :func:`scan`), the full scan and the
+rescan, IPython's own names and the hidden output history; the parts, lowest first, are:
+:mod:`.facts` (what is read from tensors), :mod:`.entries` (:class:`_Entry`, modules,
+optimizers), :mod:`.composites` (containers and objects; the container limits),
+:mod:`.inspection` (``_inspect``: one name to its entry; ``_still_same``), :mod:`.columns`
+(the plain tensors as columns), :mod:`.book` (``_State``, ``_Book``: incremental
+bookkeeping) and :mod:`.scanresult` (:class:`Inventory`, :func:`orphan_warning`). None of them
+imports this module. Import :class:`Inventory`, :func:`orphan_warning` and the container
+limits from here, as before; the ``X as X`` imports below keep the private names that tests
+and older code reach through ``scanner`` where they were.
 """
 
 from __future__ import annotations
