@@ -27,6 +27,7 @@ PAGE = ROOT / "docs" / "architecture.md"
 PURE_CORE = {
     "objects", "records", "scanner", "moves", "diagnose", "devices", "units", "trace",
     "memory", "viewmodel", "protocol", "render", "inventory",
+    "facts", "entries", "composites", "inspection", "columns", "book", "scanresult",
 }  # fmt: skip
 #: thin layers over the core that may import IPython / ipywidgets / traitlets / comm
 IPYTHON_LAYER = {"session", "magics", "widget", "fixbutton", "comm"}

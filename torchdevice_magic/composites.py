@@ -1,0 +1,251 @@
+"""Containers and objects holding tensors (lists, dicts, tuples, dataclasses, plain objects:
+what :func:`.objects.walk` walks), for the scan (:mod:`.scanner`): a record per tensor,
+module or optimizer found inside, one aggregated record for a container holding more than
+:data:`AGGREGATE_ABOVE` of them, and a "watch" entry (a signature, no records) for one that
+holds nothing of ours yet. The container limits are defined here (re-exported by
+:mod:`.scanner`).
+
+Pure core: no IPython, no ipywidgets, never imports torch. Walks only through
+:mod:`.objects`; keeps the shape of what was walked (keys, never values).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import compress
+from typing import Any
+
+from . import objects
+from .entries import _Entry, _module_entry, _optimizer_entry, _unreadable
+from .facts import (
+    _bytes_by_device,
+    _device_names_of,
+    _facts_record,
+    _facts_storages,
+    _get_dtype,
+    _get_requires_grad,
+    _grad_facts,
+    _needed_bytes,
+    _plain_tensor_facts,
+    _read_storages,
+    _tensor_record,
+    _TensorFacts,
+)
+from .objects import Kind, StorageKey, Storages, TorchTypes
+from .records import Record
+from .units import device_sort_key
+
+#: Containers nested deeper than this are not walked (a nested batch is rarely deeper).
+MAX_CONTAINER_DEPTH = objects.MAX_DEPTH
+#: The hard safety cap on elements visited in one container; hitting it is reported.
+CONTAINER_ELEMENT_CAP = objects.ELEMENT_CAP
+#: A container holding more tensors than this becomes one aggregated record.
+AGGREGATE_ABOVE = 16
+
+
+# --------------------------------------------------------------------------------------------
+# Containers and objects holding tensors (walked by objects.walk)
+
+
+def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
+    if kind in objects.CONTAINERS and objects.size(value, kind) > AGGREGATE_ABOVE:
+        # one C-level pass over the children's types decides the big containers
+        types = objects.child_types(value, kind)
+        if types is not None and objects.holds_nothing(T, types):
+            return _watch_entry(T, value, ((-1, None, kind),))
+        if types is not None and {T.Tensor, T.Parameter}.issuperset(types):
+            tensors = objects.tensor_children(T, value, kind)
+            if tensors is not None and len(tensors) <= CONTAINER_ELEMENT_CAP:
+                return _tensor_list_entry(T, value, name, kind, tensors)
+    walked = objects.walk(T, value, name, kind=kind)
+    structure = objects.structure(walked)
+    leaves = walked.leaves
+    if not leaves:
+        # nothing of ours (yet): watched by its structure, so an append shows up next time.
+        # A plain object is watched by its own attributes only (added, removed, rebound):
+        # thousands of config/record objects must cost next to nothing on rescans.
+        if kind in objects.ATTRIBUTE_KINDS:
+            structure = structure[:1]
+        return _watch_entry(T, value, structure)
+    storages: Storages = {}
+    aggregate = len(leaves) > AGGREGATE_ABOVE or walked.truncated
+    records: list[Record] = []
+    record_keys: list[Iterable[StorageKey]] = []
+    reached: list[int] = []
+    summary = _ContainerSummary()
+    volatile = False  # grad-carrying tensors inside: looked at again on every recheck
+    # modules and optimizers inside: (kind, weak reference(s), signature), checked cheaply
+    held: list[tuple[str, Any, tuple[Any, ...]]] = []
+    for leaf in leaves:
+        path, item, item_kind = leaf.path, leaf.value, leaf.kind
+        item_type = type(item)
+        facts = None
+        if item_type is T.Tensor or item_type is T.Parameter:
+            reached.append(id(item))
+            facts = _plain_tensor_facts(T, item, item_type)
+        if facts is not None:
+            own = _facts_storages(facts)
+            volatile = volatile or facts.requires_grad
+            if aggregate:
+                summary.add_facts(T, facts)
+                storages.update(own)
+                continue
+            record = _facts_record(T, path, facts, root=name)
+        elif item_kind == Kind.MODULE or item_kind == Kind.OPTIMIZER:
+            try:
+                if item_kind == Kind.MODULE:
+                    sub_entry = _module_entry(T, item, path, root=name)
+                    reached.extend(sub_entry.tensor_ids)
+                else:
+                    sub_entry = _optimizer_entry(T, item, path, root=name)
+                record, own = sub_entry.records[0], sub_entry.storages
+                held.append((item_kind, sub_entry.ref, sub_entry.signature))
+            except Exception as error:
+                record, own = _unreadable(path, item, error, root=name), {}
+                volatile = True
+        else:
+            reached.append(id(item))
+            own = {}
+            try:
+                record = _tensor_record(T, item, item_type, path, name, own)
+            except Exception as error:
+                record = _unreadable(path, item, error, root=name)
+            volatile = volatile or record.requires_grad
+        storages.update(own)
+        if aggregate:
+            summary.add_record(record)
+        else:
+            records.append(record)
+            record_keys.append(tuple(own))
+    if aggregate:
+        entry = _Entry(id(value), [summary.record(value, name, storages, walked)], storages)
+    else:
+        entry = _Entry(id(value), records, storages)
+        entry.record_keys = record_keys
+    entry.kind = "composite"
+    entry.volatile = volatile or bool(held)
+    entry.ref = None if volatile else held
+    entry.structure = structure
+    entry.signature = objects.signature(T, value, structure)
+    entry.tensor_ids = tuple(reached)
+    return entry
+
+
+def _watch_entry(T: TorchTypes, value: Any, structure: objects.Spec) -> _Entry:
+    """A composite holding nothing of ours (yet): no records, watched by its structure."""
+    entry = _Entry(id(value), [], {}, objects.signature(T, value, structure), kind="watch")
+    entry.structure = structure
+    return entry
+
+
+def _tensor_list_entry(
+    T: TorchTypes, value: Any, name: str, kind: str, tensors: list[Any]
+) -> _Entry:
+    """A big container of plain tensors: one aggregated record, its facts read column-wise."""
+    storages: Storages = {}
+    devices = _device_names_of(T, tensors)
+    _read_storages(T, tensors, devices, storages)
+    requires_grad = list(map(_get_requires_grad, tensors))
+    grad_bytes = 0
+    if True in requires_grad:
+        for tensor in compress(tensors, requires_grad):
+            grad = _grad_facts(T, tensor)
+            if grad is not None:
+                storages[grad.key] = (grad.device, grad.nbytes)
+                grad_bytes += 0 if grad.device == "meta" else grad.nbytes
+    by_device = _bytes_by_device(storages)
+    device_names = tuple(sorted(by_device, key=device_sort_key))
+    types = {tp.__name__ for tp in set(map(type, tensors))}
+    element_type = types.pop() if len(types) == 1 else "mixed"
+    dtypes = set(map(_get_dtype, tensors))
+    movable = "meta" not in by_device
+    record = Record(
+        name,
+        name,
+        "container",
+        f"{type(value).__name__}[{element_type}]",
+        device_names,
+        T.dtype_name(dtypes.pop()) if len(dtypes) == 1 else "mixed",
+        None,
+        sum(map(T.Tensor.numel, tensors)),
+        sum(by_device.values()),
+        _needed_bytes(storages),
+        True in requires_grad,
+        grad_bytes,
+        by_device,
+        mixed=len(device_names) > 1,
+        note=f"{len(tensors):,} {element_type} objects",
+        movable=movable,
+        movable_reason="" if movable else "holds meta tensors (no data)",
+        element_count=len(tensors),
+    )
+    entry = _Entry(id(value), [record], storages, kind="composite")
+    entry.volatile = True in requires_grad
+    entry.structure = ((-1, None, kind),)
+    entry.signature = objects.signature(T, value, entry.structure)
+    entry.tensor_ids = tuple(map(id, tensors))
+    return entry
+
+
+class _ContainerSummary:
+    """What one aggregated record says about the thousands of objects in a container."""
+
+    __slots__ = ("count", "types", "dtypes", "numel", "requires_grad", "grad_bytes", "movable")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.types: set[str] = set()
+        self.dtypes: set[str] = set()
+        self.numel = 0
+        self.requires_grad = False
+        self.grad_bytes = 0
+        self.movable = True
+
+    def add_facts(self, T: TorchTypes, facts: _TensorFacts) -> None:
+        self.count += 1
+        self.types.add(facts.type.__name__)
+        self.dtypes.add(T.dtype_name(facts.dtype))
+        self.numel += facts.shape.numel()
+        if facts.requires_grad:
+            self.requires_grad = True
+            if facts.grad is not None:
+                self.grad_bytes += facts.grad.nbytes
+        self.movable = self.movable and facts.device != "meta"
+
+    def add_record(self, record: Record) -> None:
+        self.count += 1
+        self.types.add(record.type)
+        self.dtypes.add(record.dtype or "?")
+        self.numel += record.numel
+        self.requires_grad = self.requires_grad or record.requires_grad
+        self.grad_bytes += record.grad_bytes
+        self.movable = self.movable and record.movable
+
+    def record(self, value: Any, name: str, storages: Storages, walked: objects.Walk) -> Record:
+        by_device = _bytes_by_device(storages)
+        devices = tuple(sorted(by_device, key=device_sort_key))
+        element_type = next(iter(self.types)) if len(self.types) == 1 else "mixed"
+        note = f"{self.count:,} {element_type} objects"
+        if walked.truncated:
+            note += f"; stopped after {walked.cap:,} elements, the rest is not counted"
+        return Record(
+            name,
+            name,
+            "container",
+            f"{type(value).__name__}[{element_type}]",
+            devices,
+            next(iter(self.dtypes)) if len(self.dtypes) == 1 else "mixed",
+            None,
+            self.numel,
+            sum(by_device.values()),
+            _needed_bytes(storages),
+            self.requires_grad,
+            self.grad_bytes,
+            by_device,
+            mixed=len(devices) > 1,
+            note=note,
+            movable=self.movable,
+            movable_reason="" if self.movable else "holds meta tensors (no data)",
+            element_count=self.count,
+            truncated=walked.truncated,
+        )

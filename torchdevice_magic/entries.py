@@ -1,0 +1,476 @@
+"""What one top-level name produced, for the scan (:mod:`.scanner`): :class:`_Entry` (its
+records and storages, plus what it takes to know, next time, whether the name still holds the
+same thing), the "unreadable" record of a hostile object, and the entries of modules and
+optimizers with the signatures that tell a rescan whether they changed.
+
+Containers and objects holding tensors are in :mod:`.composites`; :func:`.inspection._inspect`
+picks the builder for a value. Pure core: no IPython, no ipywidgets, never imports torch.
+Modules are read through :func:`.objects.module_parts`, optimizers through
+:func:`.objects.optimizer_params` / :func:`.objects.optimizer_state_tensors`. An entry holds
+weak references to modules and optimizers only, never to Parameters (torch's swap-based
+``Module._apply`` refuses to swap tensors that have weak references).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Mapping
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_, is_not, ne
+from typing import Any
+
+from . import objects
+from .facts import (
+    _bytes_by_device,
+    _data_ptr,
+    _device_names_of,
+    _facts_storages,
+    _get_dtype,
+    _get_grad,
+    _needed_bytes,
+    _read_storages,
+    _sizes_by_device,
+    _TensorFacts,
+)
+from .objects import Kind, StorageKey, Storages, TorchTypes
+from .records import Record
+from .units import device_sort_key, format_bytes
+
+# --------------------------------------------------------------------------------------------
+# What one top-level name produced
+
+
+class _Entry:
+    """What one top-level name produced (records, storages), plus what it takes to know, next
+    time, whether the name still holds the same thing."""
+
+    __slots__ = (
+        "object_id", "records", "_storages", "_pending", "signature", "ref", "volatile",
+        "record_keys", "tensor_ids", "structure", "kind",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        object_id: int,
+        records: list[Record],
+        storages: Storages,
+        signature: Any = None,
+        ref: Any = None,
+        volatile: bool = False,
+        kind: str = "",
+    ) -> None:
+        self.object_id = object_id
+        self.records = records
+        # storage key -> (device, nbytes); nbytes is what the storage *would* need on meta.
+        self._storages = storages
+        # storages of one device read as {pointer: nbytes}, keyed only when first asked
+        self._pending: list[tuple[str, dict[int, int]]] | None = None
+        self.signature = signature
+        self.ref = ref
+        self.volatile = volatile
+        self.kind = kind or (records[0].kind if records else "")
+        # For entries with several records (a small container): each record's storage keys.
+        self.record_keys: list[Iterable[StorageKey]] | None = None
+        # ids of the tensors this entry reaches (a module's parameters and buffers, a
+        # container's tensors) or, for an optimizer, of the parameters it updates
+        self.tensor_ids: tuple[int, ...] = ()
+        # composites: the shape of what was walked (keys only), for objects.signature
+        self.structure: objects.Spec | None = None
+
+    @property
+    def storages(self) -> Storages:
+        """{storage key: (device, nbytes)}; a scan's one-device batches are keyed here, when
+        first asked (building the (device, pointer) keys costs as much as reading them)."""
+        pending = self._pending
+        if pending is not None:
+            keyed: Storages = {}
+            for device, sizes in pending:
+                keys = zip(repeat(device), sizes)
+                keyed.update(zip(keys, zip(repeat(device), sizes.values())))  # noqa: B905
+            keyed.update(self._storages)
+            self._storages, self._pending = keyed, None
+        return self._storages
+
+    @storages.setter
+    def storages(self, storages: Storages) -> None:
+        self._storages, self._pending = storages, None
+
+    def keys_per_record(self) -> Iterable[tuple[Record, Iterable[StorageKey]]]:
+        if self.record_keys is None:
+            return ((record, self.storages.keys()) for record in self.records)
+        return zip(self.records, self.record_keys, strict=True)
+
+
+def _entry_storages(entry: Any) -> Mapping[StorageKey, tuple[str, int]]:
+    return _facts_storages(entry) if type(entry) is _TensorFacts else entry.storages
+
+
+def _entry_volatile(entry: Any) -> bool:
+    if type(entry) is _TensorFacts:
+        # A tensor's grad can appear in any cell, and a Parameter can't be weakly referenced
+        # (swap-based Module._apply refuses such tensors): look at both again next time.
+        return entry.requires_grad or entry.type.__name__ == "Parameter"
+    return entry.volatile
+
+
+def _unreadable(name: str, value: Any, error: BaseException, root: str | None = None) -> Record:
+    return Record(
+        name,
+        root or name,
+        "unreadable",
+        _safe_type_name(value),
+        (),
+        note=f"could not inspect: {type(error).__name__}",
+        movable=False,
+        movable_reason="could not be inspected",
+    )
+
+
+def _safe_type_name(value: Any) -> str:
+    try:
+        return type(value).__name__
+    except Exception:
+        return "?"
+
+
+# --------------------------------------------------------------------------------------------
+# Modules
+
+
+_params_of = attrgetter("_parameters")
+_buffers_of = attrgetter("_buffers")
+_children_of = attrgetter("_modules")
+
+
+def _module_signature(T: TorchTypes, submodules: list[Any]) -> tuple[Any, ...]:
+    """What changes when a module moves, gains or drops gradients, or swaps a child/parameter.
+
+    Built with ``map``/``chain`` over C-level getters: the hook computes this after every cell.
+    TorchScript and lazy modules take the careful path (their dicts are not plain dicts, lazy
+    parameters have no data pointer)."""
+    try:
+        params = chain.from_iterable(map(dict.values, map(_params_of, submodules)))
+        buffers = chain.from_iterable(map(dict.values, map(_buffers_of, submodules)))
+        tensors = [t for t in chain(params, buffers) if t is not None]
+        children = chain.from_iterable(map(dict.values, map(_children_of, submodules)))
+        return _signature_of(T, children, tensors, map(_get_grad, tensors))
+    except Exception:
+        parts = objects.module_parts(T, submodules[0])
+        tensors = parts.params + parts.buffers
+        return (
+            tuple(map(id, parts.submodules)),
+            tuple(map(id, tensors)),
+            tuple(map(_data_ptr, tensors)),
+            tuple(map(id, map(_get_grad, tensors))),
+            tuple(parts.uninitialized),
+        )
+
+
+def _signature_of(
+    T: TorchTypes, children: Iterable[Any], tensors: list[Any], grads: Iterable[Any]
+) -> tuple[Any, ...]:
+    """The eager module signature from its parts (the scan reads the grads once for both)."""
+    return (
+        tuple(map(id, children)),
+        tuple(map(id, tensors)),
+        tuple(map(T.Tensor.data_ptr, tensors)),
+        tuple(map(id, grads)),
+    )
+
+
+def _live_submodules(refs: list[Any]) -> list[Any] | None:
+    submodules = list(map(weakref.ref.__call__, refs))
+    return None if None in submodules else submodules
+
+
+def _one_device_module(
+    T: TorchTypes, params: list[Any], buffers: list[Any], grads: list[Any], devices: list[str]
+) -> tuple[str, dict[int, int], dict[int, int], dict[int, int]] | None:
+    """(device, {pointer: nbytes} of the parameters, of the buffers not sharing a parameter's
+    storage, of the grads) when all of them (``devices``: their device names) are on one
+    device with data pointers; else None."""
+    if not devices or devices.count(devices[0]) != len(devices):
+        return None
+    device = devices[0]
+    found: list[dict[int, int]] = []
+    for tensors in (params, buffers, grads):
+        if not tensors:
+            found.append({})
+            continue
+        groups = _sizes_by_device(T, tensors, [device] * len(tensors))
+        if groups is None:
+            return None
+        found.append(groups[0][1])
+    param_sizes, buffer_sizes, grad_sizes = found
+    if not param_sizes.keys().isdisjoint(buffer_sizes):
+        buffer_sizes = {k: v for k, v in buffer_sizes.items() if k not in param_sizes}
+    return device, param_sizes, buffer_sizes, grad_sizes
+
+
+def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None) -> _Entry:
+    parts = objects.module_parts(T, module)
+    submodules, params, buffers = parts.submodules, parts.params, parts.buffers
+    param_devices = _device_names_of(T, params)
+    buffer_devices = _device_names_of(T, buffers)
+    if parts.tensors is not None and parts.edges is not None:  # eager: grads read once
+        raw_grads = list(map(_get_grad, parts.tensors))
+        signature = _signature_of(T, parts.edges, parts.tensors, raw_grads)
+        grads = raw_grads[: parts.raw_params]
+    else:
+        signature = _module_signature(T, submodules)
+        grads = list(map(_get_grad, params))
+    if any(map(is_, grads, repeat(None))):  # by identity: `in` would call Tensor.__eq__
+        grads = list(compress(grads, map(is_not, grads, repeat(None))))
+    grad_devices = _device_names_of(T, grads)
+    may_be_dispatched = _may_be_dispatched(submodules)
+    # per-record bytes count each storage once (tied weights, parameters sharing a storage)
+    pending = None
+    if not parts.extra and not may_be_dispatched:
+        every_device = param_devices + buffer_devices + grad_devices
+        pending = _one_device_module(T, params, buffers, grads, every_device)
+    if pending is not None:  # the usual model: one device; keyed only when asked
+        device, param_sizes, buffer_sizes, grad_sizes = pending
+        param_bytes = {device: sum(param_sizes.values())} if param_sizes else {}
+        buffer_bytes = {device: sum(buffer_sizes.values())} if buffer_sizes else {}
+        grad_bytes = {device: sum(grad_sizes.values())} if grad_sizes else {}
+        combined = {**param_sizes, **buffer_sizes, **grad_sizes}
+        needed = sum(combined.values())
+        storages: Storages = {}
+        by_device = {device: needed} if combined else {}
+    else:
+        param_storages: Storages = {}
+        buffer_storages: Storages = {}
+        _read_storages(T, params, param_devices, param_storages)
+        _read_storages(T, buffers, buffer_devices, buffer_storages)
+        for (_, tensor), key in zip(parts.extra, parts.extra_keys, strict=True):
+            device = T.device_name(tensor.device)
+            param_devices.append(device)
+            if key is None:
+                objects.add_storages(T, tensor, device, param_storages)
+            else:  # packed weights: unpacked on request, keyed by their packed holder
+                packed_key = (device, *key)
+                param_storages[packed_key] = (device, tensor.untyped_storage().nbytes())
+        for key in param_storages:
+            buffer_storages.pop(key, None)
+        param_bytes = _bytes_by_device(param_storages)
+        buffer_bytes = _bytes_by_device(buffer_storages)
+        storages = {**param_storages, **buffer_storages}
+        grad_storages: Storages = {}
+        _read_storages(T, grads, grad_devices, grad_storages)
+        grad_bytes = _bytes_by_device(grad_storages)
+        storages.update(grad_storages)
+    param_count = sum(map(T.Tensor.numel, params)) + sum(t.numel() for _, t in parts.extra)
+    device_set = set(param_devices) | set(buffer_devices)
+    notes: list[str] = []
+    movable, movable_reason = True, ""
+    dispatch = None
+    if may_be_dispatched:
+        dispatch = objects.accelerate_dispatch(T, name, submodules)
+    if dispatch is not None:
+        offloaded: Storages = {}
+        for _, tensor in dispatch.weights:
+            device = T.device_name(tensor.device)
+            objects.add_storages(T, tensor, device, offloaded)
+        for key in storages:
+            offloaded.pop(key, None)
+        storages.update(offloaded)
+        for device, nbytes in _bytes_by_device(offloaded).items():
+            device_set.add(device)
+            param_bytes[device] = param_bytes.get(device, 0) + nbytes
+        offloaded_bytes = sum(_bytes_by_device(offloaded).values())
+        note = f"accelerate: {len(dispatch.weights)} weights held by its hooks"
+        note += f" ({format_bytes(offloaded_bytes)})"
+        if dispatch.on_disk:
+            note += f", {dispatch.on_disk} on disk (not counted)"
+        notes.append(note)
+        movable, movable_reason = False, dispatch.reason
+    meta_params = "meta" in param_devices
+    devices = tuple(sorted(device_set, key=device_sort_key))
+    if dispatch is not None:
+        devices = tuple(d for d in devices if d != "meta") or devices
+    mixed = len(devices) > 1 and dispatch is None
+    if mixed:
+        notes.insert(0, f"spans {', '.join(devices)}")
+    if meta_params and dispatch is None:
+        notes.append("meta parameters (no data)")
+        movable, movable_reason = False, "meta parameters hold no data: use to_empty()"
+    if parts.uninitialized:
+        shown = ", ".join(parts.uninitialized[:3]) + ("..." if len(parts.uninitialized) > 3 else "")
+        notes.append(f"uninitialized lazy parameters: {shown}")
+    if pending is None:
+        by_device = _bytes_by_device(storages)
+        needed = _needed_bytes(storages)
+    dtypes = set(map(_get_dtype, chain(params, buffers)))
+    record = Record(
+        name,
+        root or name,
+        "module",
+        type(module).__name__,
+        devices,
+        T.dtype_name(dtypes.pop()) if len(dtypes) == 1 else ("mixed" if dtypes else None),
+        None,
+        param_count,
+        sum(by_device.values()),
+        needed,
+        False,
+        sum(grad_bytes.values()),
+        by_device,
+        mixed=mixed,
+        note="; ".join(notes),
+        movable=movable,
+        movable_reason=movable_reason,
+        param_count=param_count,
+        param_bytes=param_bytes,
+        buffer_bytes=buffer_bytes,
+        grad_bytes_by_device=grad_bytes,
+    )
+    refs = list(map(weakref.ref, submodules))
+    entry = _Entry(id(module), [record], storages, signature, refs, True, Kind.MODULE)
+    if pending is not None:
+        entry._pending = [(pending[0], combined)]
+    entry.tensor_ids = tuple(map(id, chain(params, buffers)))
+    return entry
+
+
+_dict_of = attrgetter("__dict__")
+
+
+def _may_be_dispatched(submodules: list[Any]) -> bool:
+    """Whether accelerate put hooks or a device map on any submodule (instance dicts only)."""
+    dicts = list(map(_dict_of, submodules))
+    return any(map(dict.__contains__, dicts, repeat("_hf_hook"))) or any(
+        map(dict.__contains__, dicts, repeat("hf_device_map"))
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Optimizers
+
+
+def _optimizer_signature(
+    T: TorchTypes,
+    optimizer: Any,
+    params: list[Any] | None = None,
+    values: list[Any] | None = None,
+    value_types: set[type] | None = None,
+) -> tuple[Any, ...]:
+    """Changes when state appears, is replaced (load_state_dict, or a tensor swapped inside a
+    parameter's state), when list state grows (LBFGS history), or when the parameters move.
+    (``params``, ``values``, ``value_types``: what the caller already read, the same way.)"""
+    state = optimizer.state
+    if params is None:
+        params = objects.optimizer_params(optimizer)
+    if values is None:
+        values = list(chain.from_iterable(map(dict.values, state.values())))
+    if value_types is None:
+        value_types = set(map(type, values))
+    lists = tuple(len(v) for v in values if type(v) is list) if list in value_types else ()
+    return (
+        id(state),
+        len(state),
+        tuple(map(id, state.values())),
+        tuple(map(id, values)),
+        lists,
+        tuple(map(T.Tensor.data_ptr, params)),
+    )
+
+
+def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None = None) -> _Entry:
+    storages: Storages = {}
+    tensor_type = T.Tensor
+    all_params = objects.optimizer_params(optimizer)
+    params = all_params
+    if False in map(isinstance, params, repeat(tensor_type)):
+        params = [p for p in params if isinstance(p, tensor_type)]
+    param_devices = _device_names_of(T, params)
+    state = optimizer.state
+    per_param = list(state.values())
+    all_dicts = set(map(type, per_param)) <= {dict}
+    if not all_dicts:
+        per_param = [value for value in per_param if isinstance(value, dict)]
+    values = list(chain.from_iterable(map(dict.values, per_param)))
+    value_types = set(map(type, values))
+    owners: list[int] | None = None  # id of each state tensor's parameter, when needed
+    is_tensor: list[bool] | None = None
+    if value_types.isdisjoint((list, tuple, dict)):
+        # the common case (SGD, Adam...): one tensor or number per state key, column-wise
+        if value_types <= {tensor_type, T.Parameter}:
+            state_tensors = values
+        else:
+            is_tensor = list(map(isinstance, values, repeat(tensor_type)))
+            state_tensors = list(compress(values, is_tensor))
+    else:  # LBFGS and friends keep lists of tensors in their state
+        found = objects.optimizer_state_tensors(T, optimizer)
+        state_tensors = [tensor for _, _, tensor in found]
+        owners = [id(param) for param, _, _ in found]
+    devices = _device_names_of(T, state_tensors)
+    by_device_sizes = _sizes_by_device(T, state_tensors, devices)
+    if by_device_sizes is not None:  # the usual case: summed here, keyed when asked
+        totals = [(device, sum(sizes.values())) for device, sizes in by_device_sizes]
+        needed = sum(total for _, total in totals)
+        state_bytes = {device: 0 if device == "meta" else total for device, total in totals}
+    else:
+        _read_storages(T, state_tensors, devices, storages)
+        state_bytes = _bytes_by_device(storages)
+        needed = _needed_bytes(storages)
+    # torch keeps 0-dim ``step`` counters on the CPU on purpose: only real state counts, for
+    # the mismatch check and for the devices the row shows (column-wise: Adam has 3 per param)
+    state_devices = set(devices)
+    parameter_device_set = set(param_devices)
+    if params and len(state_devices | parameter_device_set) == 1:  # one device: all in place
+        misplaced = 0
+        real_devices = state_devices if any(map(T.Tensor.dim, state_tensors)) else set()
+    else:
+        if owners is None:
+            owner_params = (
+                list(state) if all_dicts else [p for p, v in state.items() if isinstance(v, dict)]
+            )
+            owner_ids = chain.from_iterable(map(repeat, map(id, owner_params), map(len, per_param)))
+            owners = list(owner_ids if is_tensor is None else compress(owner_ids, is_tensor))
+        param_device = dict(zip(map(id, params), param_devices, strict=True))
+        real = list(map(T.Tensor.dim, state_tensors))
+        real_state_devices = list(compress(devices, real))
+        real_devices = set(real_state_devices)
+        owner_devices = map(param_device.get, compress(owners, real), real_state_devices)
+        misplaced = sum(map(ne, real_state_devices, owner_devices))
+    by_device = dict(state_bytes)
+    devices_present = tuple(sorted(real_devices or state_bytes, key=device_sort_key))
+    parameter_devices = tuple(sorted(parameter_device_set, key=device_sort_key))
+    note = ""
+    if misplaced:
+        note = (
+            f"state on {', '.join(devices_present)} but parameters on "
+            f"{', '.join(parameter_devices)}"
+        )
+    record = Record(
+        name,
+        root or name,
+        "optimizer",
+        type(optimizer).__name__,
+        devices_present,
+        None,
+        None,
+        len(state),
+        sum(by_device.values()),
+        needed,
+        bytes_by_device=by_device,
+        mixed=bool(misplaced),
+        note=note,
+        state_bytes=state_bytes,
+        param_devices=parameter_devices,
+    )
+    entry = _Entry(
+        id(optimizer),
+        [record],
+        storages,
+        _optimizer_signature(
+            T, optimizer, all_params, *((values, value_types) if all_dicts else (None, None))
+        ),
+        weakref.ref(optimizer),
+        True,
+        Kind.OPTIMIZER,
+    )
+    if by_device_sizes is not None:
+        entry._pending = by_device_sizes
+    entry.tensor_ids = tuple(map(id, params))
+    return entry
