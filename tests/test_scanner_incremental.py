@@ -14,6 +14,14 @@ from torchdevice_magic.scanner import Scanner
 
 
 def facts(inventory: tdm.Inventory) -> dict:
+    # named_storages() is storages_of() over names(), summed (the memory timeline's count)
+    by_name: dict = {}
+    counts: dict = {}
+    for name in inventory.names():
+        for key, value in inventory.storages_of(name).items():
+            by_name[key] = value
+            counts[key] = counts.get(key, 0) + 1
+    assert inventory.named_storages() == (by_name, counts)
     return {
         "records": list(inventory.records),
         "totals": inventory.totals(),

@@ -241,6 +241,13 @@ def test_the_tally_counts_exactly_the_rows_whose_button_is_enabled(target) -> No
     assert vm.tally(records, target).actionable == enabled
 
 
+@given(st.lists(st.text(alphabet="ab_XYé019٣.[]'", min_size=1, max_size=8), max_size=30))
+def test_natural_keys_in_bulk_are_the_natural_keys(names) -> None:
+    assert vm.natural_keys(names) == [vm.natural_key(name) for name in names]
+    plain = [f"t{i}" for i in range(50)] + ["layer_10", "X2"]
+    assert vm.natural_keys(plain) == [vm.natural_key(name) for name in plain]
+
+
 @given(st.text(alphabet="ab_XY019.[]'", min_size=1, max_size=12))
 def test_the_fast_natural_key_is_the_general_one(name) -> None:
     import re

@@ -38,7 +38,7 @@ class _Columns:
 
     __slots__ = (
         "names", "ids", "devices", "dtypes", "shapes", "pointers", "sizes", "_position",
-        "_records", "_complete",
+        "_records", "_complete", "_keys",
     )  # fmt: skip
 
     def __init__(
@@ -61,6 +61,7 @@ class _Columns:
         self._position: dict[str, int] | None = None
         self._records: list[Record | None] | None = None
         self._complete = False  # every record built (all_records)
+        self._keys: list[StorageKey] | None = None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -74,7 +75,10 @@ class _Columns:
         return (self.devices[index], self.pointers[index])
 
     def keys(self) -> list[StorageKey]:
-        return list(zip(self.devices, self.pointers))  # noqa: B905 - same lengths
+        """Every column's storage key (made once: the columns never change). Read-only."""
+        if self._keys is None:
+            self._keys = list(zip(self.devices, self.pointers))  # noqa: B905 - same lengths
+        return self._keys
 
     def all_records(self, T: TorchTypes) -> list[Record | None]:
         """Every column's record, built together (what opening a view on a big namespace

@@ -1155,12 +1155,7 @@ class Timeline:
                 self._named, self._counts = inventory.storages(), None
                 self._named_totals = _by_device(self._named)
                 return self._named
-            named: Keys = {}
-            counts = {}
-            for name in inventory.names():
-                for key, value in inventory.storages_of(name).items():
-                    named[key] = value
-                    counts[key] = counts.get(key, 0) + 1
+            named, counts = inventory.named_storages()
             self._named, self._counts = named, counts
             self._named_totals = _by_device(named)
             return named

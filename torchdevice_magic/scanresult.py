@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from itertools import chain, compress
+from itertools import chain, compress, filterfalse
 from operator import is_not
 from types import MappingProxyType
 from typing import Any
@@ -77,6 +77,7 @@ class Inventory:
         self._shared_keys: frozenset[StorageKey] | None = None
         self._sharing: dict[str, tuple[str, ...]] | None = None
         self._shared_records: dict[str, Record] = {}
+        self._live: tuple[_Columns, list[int] | None] | None = None
         #: False when a rescan found every module and optimizer as it was before
         self.objects_changed = True
 
@@ -101,21 +102,25 @@ class Inventory:
 
     # -- the plain tensors' columns ------------------------------------------------------------
     def _live_columns(self) -> tuple[_Columns, list[int] | None]:
-        """The columns and the indexes still meant (None: all of them)."""
-        columns = self._state.columns
-        if columns is None or not len(columns):
-            return _NO_COLUMNS, None
-        dropped = self._state.dropped
-        if not dropped:
-            return columns, None
-        position = columns.position()
-        gone = {position[name] for name in dropped if name in position}
-        return columns, [i for i in range(len(columns)) if i not in gone]
+        """The columns and the indexes still meant (None: all of them); kept."""
+        if self._live is None:
+            columns = self._state.columns
+            dropped = self._state.dropped
+            if columns is None or not len(columns):
+                self._live = (_NO_COLUMNS, None)
+            elif not dropped:
+                self._live = (columns, None)
+            else:
+                position = columns.position()
+                gone = {position[name] for name in dropped if name in position}
+                self._live = (columns, list(filterfalse(gone.__contains__, range(len(columns)))))
+        return self._live
 
     def _column_keys(self) -> list[StorageKey]:
+        """The live columns' storage keys (read-only)."""
         columns, live = self._live_columns()
         keys = columns.keys()
-        return keys if live is None else [keys[i] for i in live]
+        return keys if live is None else list(map(keys.__getitem__, live))
 
     def _column_of(self, name: str) -> int | None:
         columns = self._state.columns
@@ -326,17 +331,33 @@ class Inventory:
         raise KeyError(name)
 
     def names(self) -> list[str]:
-        """The top-level names that hold something this inventory lists (not hidden ones)."""
+        """The top-level names that hold something this inventory lists (not hidden ones), in
+        the namespace's order (sets and ``compress``: C-level over a big namespace)."""
         entries = self._entries
-        found = []
-        for name in self._state.keys:
-            entry = entries.get(name)
-            if entry is None:
-                if self._column_of(name) is not None:
-                    found.append(name)
-            elif type(entry) is _TensorFacts or entry.records:
-                found.append(name)
-        return found
+        listed = {n for n, e in entries.items() if type(e) is _TensorFacts or e.records}
+        columns = self._state.columns
+        if columns is not None and len(columns):
+            listed.update(set(columns.names) - self._state.dropped - entries.keys())
+        keys = self._state.keys
+        return list(compress(keys, map(listed.__contains__, keys)))
+
+    def named_storages(self) -> tuple[Storages, dict[StorageKey, int]]:
+        """What the listed names hold: ``({storage key: (device, nbytes)}, {storage key: how
+        many names reach it})`` -- :meth:`storages_of` over :meth:`names`, each storage once,
+        with the plain tensors' columns taken whole (the memory timeline's first count)."""
+        columns, live = self._live_columns()
+        keys = self._column_keys()
+        devices, sizes = columns.devices, columns.sizes
+        if live is not None:
+            devices, sizes = [devices[i] for i in live], [sizes[i] for i in live]
+        named: Storages = dict(zip(keys, zip(devices, sizes)))  # noqa: B905 - same lengths
+        counts = Counter(keys)
+        for entry in self._entries.values():
+            if type(entry) is _TensorFacts or entry.records:
+                storages = _entry_storages(entry)
+                named.update(storages)
+                counts.update(storages.keys())
+        return named, dict(counts)
 
     def roots(self) -> MappingProxyType[str, list[Record]]:
         by_root: dict[str, list[Record]] = {}

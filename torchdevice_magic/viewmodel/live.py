@@ -14,7 +14,7 @@ from typing import Any
 from ..records import NO_COLUMNS, ColumnRows
 from ..units import device_sort_key
 from .header import Tally
-from .rows import Row, make_row, natural_key, root_devices_of, sort_key
+from .rows import Row, make_row, natural_key, natural_keys, root_devices_of, sort_key
 from .windows import Delta, Window, WindowSpec, diff_windows, filter_words, matches
 
 # -- a window kept up to date ---------------------------------------------------------------
@@ -92,8 +92,12 @@ def column_head(
         return [], matching
     pick = heapq.nlargest if reverse else heapq.nsmallest
 
-    def by_name(i: int) -> tuple[Any, ...]:
-        return natural_key(names[i])
+    def by_name(rows: Sequence[int], wanted: int) -> list[int]:
+        """The ``wanted`` first of ``rows`` by natural name (their keys made in bulk)."""
+        if wanted <= 0:
+            return []
+        keys = natural_keys([names[i] for i in rows])
+        return [i for _, i in pick(wanted, zip(keys, rows))]  # noqa: B905
 
     primary: list[int] | None = None
     if sort == "size":
@@ -107,7 +111,7 @@ def column_head(
     if count >= matching:
         chosen = list(index)
     elif sort in ("name", "type"):  # by name (type: every plain tensor is a Tensor)
-        chosen = pick(count, index, key=by_name)
+        chosen = by_name(index, count)
     elif primary is None:  # a sort without a shortcut here: its whole key for every row
         chosen = pick(count, index, key=lambda i: key(names[i], devices[i], sizes[i]))
     else:
@@ -115,7 +119,7 @@ def column_head(
         before = edge.__lt__ if reverse else edge.__gt__
         chosen = list(compress(index, map(before, primary)))
         tied = list(compress(index, map(edge.__eq__, primary)))
-        chosen += pick(count - len(chosen), tied, key=by_name)
+        chosen += by_name(tied, count - len(chosen))
     return [(key(names[i], devices[i], sizes[i]), names[i]) for i in chosen], matching
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import and_, getitem
 from typing import Any
 
 from ..units import device_sort_key, format_bytes
@@ -54,6 +56,23 @@ def natural_key(name: str) -> tuple[Any, ...]:
             _natural_cache.clear()
         _natural_cache[name] = key
     return key
+
+
+def natural_keys(names: Sequence[str]) -> list[tuple[Any, ...]]:
+    """``[natural_key(n) for n in names]`` for many names at once (the plain tensors of a big
+    namespace, when a window opens): the common shape -- letters and underscores, then
+    digits (``t123``, ``layer_10``) -- made column-wise by ``map`` in C, the rest one by one.
+    Not cached: it costs about what looking 100,000 names up in the cache would."""
+    lowers = list(map(str.lower, names))
+    prefixes = list(map(str.rstrip, lowers, repeat("0123456789")))
+    runs: list[str] = list(map(getitem, lowers, map(slice, map(len, prefixes), repeat(None))))
+    letters = map(str.isalpha, map(str.replace, prefixes, repeat("_"), repeat("")))
+    fast = list(map(and_, map(bool, runs), letters))
+    parts = zip(compress(prefixes, fast), map(int, compress(runs, fast)), repeat(""))  # noqa: B905
+    made = zip(parts, compress(names, fast), strict=True)
+    if False not in fast:
+        return list(made)
+    return [next(made) if quick else natural_key(name) for quick, name in zip(fast, names)]  # noqa: B905
 
 
 def sort_key(record: Any, sort: str) -> tuple[Any, ...]:
