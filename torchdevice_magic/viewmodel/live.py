@@ -12,7 +12,7 @@ from operator import is_, neg
 from typing import Any
 
 from ..records import NO_COLUMNS, ColumnRows
-from ..units import device_sort_key
+from ..units import collector_paused, device_sort_key
 from .header import Tally
 from .rows import Row, make_row, natural_key, natural_keys, root_devices_of, sort_key
 from .windows import Delta, Window, WindowSpec, diff_windows, filter_words, matches
@@ -239,7 +239,8 @@ class LiveWindow:
         before = self.window
         changes = source.view_changes(previous) if type(previous) is type(source) else None
         if changes is None:
-            self.reset(source, self.spec, self.target)
+            with collector_paused():  # a look at everything: many short-lived objects
+                self.reset(source, self.spec, self.target)
             self.records_changed = True
         else:
             self._source = source
