@@ -673,12 +673,18 @@ def test_holders_and_timeline_per_device_on_an_accelerator(simulated_device: str
     assert {r.device: r.delta for r in rows} == {"cpu": 0, simulated_device: -256 * 256 * F32}
 
 
-def test_the_timeline_s_incremental_union_equals_a_fresh_count_after_every_kind_of_cell():
+@pytest.mark.parametrize("recount_above", [2000, 0])
+def test_the_timeline_s_incremental_union_equals_a_fresh_count_after_every_kind_of_cell(
+    recount_above, monkeypatch
+):
     """The timeline keeps the named storages up to date from the names whose entries changed
-    (Inventory.changed_since / storages_of); after rebinding, deleting, aliasing, views,
-    gradients appearing, modules, containers and full scans in between, it is exactly what a
-    fresh count says."""
+    (Inventory.changed_since / storages_of), or counts them all again when many changed (a
+    full scan in between); after rebinding, deleting, aliasing, views, gradients appearing,
+    modules, containers and full scans in between, it is exactly what a fresh count says."""
+    from torchdevice_magic import memory
     from torchdevice_magic.scanner import Scanner
+
+    monkeypatch.setattr(memory, "RECOUNT_ABOVE", recount_above)
 
     namespace: dict = {f"t{i}": torch.randn(8, 8) for i in range(30)}
     scanner = Scanner()

@@ -1000,6 +1000,11 @@ class HolderList(list[Holder]):
 # Memory per cell
 
 
+#: Names changed since the last cell above which the timeline counts the whole namespace again
+#: (column-wise, ~40 ms at 100,000 names) instead of updating name by name
+RECOUNT_ABOVE = 2000
+
+
 @dataclass
 class CellMemory:
     """One row of the timeline: a cell on a device."""
@@ -1150,7 +1155,17 @@ class Timeline:
         kept up to date from the names whose entries changed since the last cell (the hook's
         rescan reused the others), so a cell costs what it changed, not the namespace."""
         counts = self._counts
-        if previous is None or counts is None or not hasattr(inventory, "changed_since"):
+        changed: list[str] = []
+        if previous is not None and counts is not None and hasattr(inventory, "changed_since"):
+            changed = inventory.changed_since(previous)
+        if (
+            previous is None
+            or counts is None
+            or not hasattr(inventory, "changed_since")
+            # a full scan in between (a move, %devices...) changes every name: counting the
+            # whole namespace column-wise beats updating it name by name
+            or len(changed) > RECOUNT_ABOVE
+        ):
             if not hasattr(inventory, "storages_of"):
                 self._named, self._counts = inventory.storages(), None
                 self._named_totals = _by_device(self._named)
@@ -1160,7 +1175,7 @@ class Timeline:
             self._named_totals = _by_device(named)
             return named
         named, totals = self._named, self._named_totals
-        for name in inventory.changed_since(previous):
+        for name in changed:
             for key in previous.storages_of(name):
                 left = counts.get(key, 0) - 1
                 if left > 0:
