@@ -681,10 +681,11 @@ def test_the_timeline_s_incremental_union_equals_a_fresh_count_after_every_kind_
     (Inventory.changed_since / storages_of), or counts them all again when many changed (a
     full scan in between); after rebinding, deleting, aliasing, views, gradients appearing,
     modules, containers and full scans in between, it is exactly what a fresh count says."""
-    from torchdevice_magic import memory
+    from torchdevice_magic.memory import timeline as timeline_module
     from torchdevice_magic.scanner import Scanner
 
-    monkeypatch.setattr(memory, "RECOUNT_ABOVE", recount_above)
+    # patched where Timeline reads it (the package only re-exports the default)
+    monkeypatch.setattr(timeline_module, "RECOUNT_ABOVE", recount_above)
 
     namespace: dict = {f"t{i}": torch.randn(8, 8) for i in range(30)}
     scanner = Scanner()
