@@ -467,7 +467,7 @@ def test_devicecheck_trace_shows_the_first_divergence_then_the_diagnosis(ip) -> 
     diagnosis_at = shown.index("Device mismatch")
     assert trace_at < diagnosis_at and shown.count("Device mismatch") == 1
     # the traceback is the cell's: the recorder's own frames are hidden from it
-    assert "Cell In[" in printed and "torchdevice_magic/trace.py" not in printed
+    assert "Cell In[" in printed and "torchdevice_magic/trace/" not in printed
     assert no_modes_left()
     # the post-execute hook's scan ran inside the traced run_cell: none of its work is the
     # cell's (only lines of the cell appear)

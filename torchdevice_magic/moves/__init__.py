@@ -106,7 +106,7 @@ def move(
         plan = plan_move(namespace, dest, names)
         return execute(plan, progress, started, free_bytes, to_meta=dest.type == "meta")
     finally:
-        # hold no user class between moves (objects.py's per-type caches)
+        # hold no user class between moves (the per-type caches of objects)
         types = objects.TorchTypes.current()
         if types is not None:
             types.forget_types()

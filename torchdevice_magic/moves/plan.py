@@ -96,7 +96,7 @@ Member = tuple[Any, str, int, Any]
 
 
 def accelerate_reason(T: Any, name: str, module: Any) -> str | None:
-    """Why a module dispatched by accelerate must not be moved by hand (objects.py reads the
+    """Why a module dispatched by accelerate must not be moved by hand (objects reads the
     hooks and the device map, the scan shows the same reason), or None."""
     dispatch = objects.accelerate_dispatch(T, name, list(module.modules()))
     return None if dispatch is None else dispatch.reason
@@ -162,7 +162,7 @@ def is_mutable(holder: Any, kind: str) -> bool:
 
 
 def put_back(holder: Any, kind: str, key: Any, value: Any) -> None:
-    """Put ``value`` at ``key`` of ``holder``: a name, or in place through objects.py."""
+    """Put ``value`` at ``key`` of ``holder``: a name, or in place through objects/putback.py."""
     if kind == NAMESPACE:
         holder[key] = value
     else:

@@ -63,7 +63,7 @@ def storage(t: Any) -> tuple[Any, int, Any]:
 
 def _inner(t: Any) -> Any:
     """The one tensor a storage-less wrapper keeps its data in (``__tensor_flatten__``, read
-    through objects.py), or ``t`` itself."""
+    through objects/storage.py), or ``t`` itself."""
     from .. import objects
 
     try:

@@ -1,0 +1,245 @@
+"""What a ``torch.nn.Module`` holds: submodules, parameters and buffers each once (eager
+modules read column-wise, TorchScript and lazy or packed parameters the careful way), and an
+accelerate-dispatched model's real weights, read from instance dicts only.
+"""
+
+from __future__ import annotations
+
+from itertools import chain, repeat
+from operator import attrgetter, is_
+from typing import Any, NamedTuple
+
+from .kinds import (
+    TorchTypes,
+    _class_attr,
+    _mro_of,
+    _packing_types,
+    _type_dict,
+    instance_dict,
+    is_uninitialized,
+)
+
+
+class ModuleParts(NamedTuple):
+    submodules: list[Any]
+    params: list[Any]  # each Parameter once (tied weights once); None entries dropped
+    buffers: list[Any]
+    extra: list[tuple[str, Any]]  # (label, tensor) held outside _parameters/_buffers
+    extra_keys: list[Any]  # a stable identity per extra tensor (packed weights are unpacked)
+    uninitialized: list[str]  # qualified names of lazy parameters / buffers
+    #: fast path only (eager modules): every ``_modules`` value of every submodule in order
+    #: (None included), and every parameter then buffer as the dicts hold them (tied weights
+    #: repeated, None left out) -- what a module's change signature is made of
+    edges: list[Any] | None = None
+    tensors: list[Any] | None = None
+    raw_params: int = 0  # how many of ``tensors`` are parameters (the first ones)
+
+
+_modules_of = attrgetter("_modules")
+
+
+def _submodules_fast(module: Any) -> tuple[list[Any], list[Any]] | None:
+    """The module and its submodules, each once, level by level in C-level passes (eager
+    modules: ``_modules`` is a plain dict), and every ``_modules`` value met (None included);
+    None for TorchScript and shared submodules."""
+    try:
+        submodules = [module]
+        edges: list[Any] = []
+        seen = {id(module)}
+        level = [module]
+        while level:
+            found = list(chain.from_iterable(map(dict.values, map(_modules_of, level))))
+            edges += found
+            if any(map(is_, found, repeat(None))):  # ``register_module(name, None)``
+                found = [child for child in found if child is not None]
+            ids = set(map(id, found))
+            if len(ids) != len(found) or not seen.isdisjoint(ids):
+                return None  # a submodule held twice: the careful walk keeps the first
+            seen |= ids
+            submodules += found
+            level = found
+        return submodules, edges
+    except Exception:
+        return None
+
+
+def module_parts(T: TorchTypes, module: Any) -> ModuleParts:
+    """The module's parts, eager or TorchScript; raises for unreadable modules."""
+    fast_walk = _submodules_fast(module)
+    if fast_walk is not None:
+        fast = _module_parts_fast(T, *fast_walk)
+        if fast is not None:
+            return fast
+    submodules = [module]
+    names = [""]
+    seen = {id(module)}
+    stack = [(module, "")]
+    script = T.ScriptModule
+    while stack:
+        current, prefix = stack.pop()
+        children_of = current._modules
+        items = (
+            dict.items(children_of)
+            if isinstance(children_of, dict)
+            else list(current.named_children())
+            if script is not None and isinstance(current, script)
+            else ()
+        )
+        for child_name, child in items:
+            if child is not None and id(child) not in seen:
+                seen.add(id(child))
+                qualified = f"{prefix}{child_name}"
+                submodules.append(child)
+                names.append(qualified)
+                stack.append((child, qualified + "."))
+    fast = _module_parts_fast(T, submodules)
+    if fast is not None:
+        return fast
+    params: dict[int, Any] = {}
+    buffers: dict[int, Any] = {}
+    extra: list[tuple[str, Any]] = []
+    extra_keys: list[Any] = []
+    uninitialized: list[str] = []
+    for sub, qualified in zip(submodules, names, strict=True):
+        for own, into in ((sub._parameters, params), (sub._buffers, buffers)):
+            # TorchScript: an OrderedDictWrapper over the C++ module (torch's own class)
+            pairs = dict.items(own) if isinstance(own, dict) else own.items()
+            for name, tensor in pairs:
+                if tensor is None:
+                    continue
+                if T.Uninitialized is not None and is_uninitialized(T, tensor):
+                    uninitialized.append(f"{qualified}.{name}" if qualified else name)
+                    continue
+                into.setdefault(id(tensor), tensor)
+        own = instance_dict(sub)
+        holder = own.get("_packed_params") if own else None
+        if holder is not None and type(holder).__name__ == "ScriptObject":
+            # dynamic-quantized Linear: the weights live packed in a C++ object; torch's own
+            # LinearPackedParams._weight_bias() unpacks them (never a user method)
+            sub_type = type(sub)
+            unpack = _class_attr(_mro_of(sub_type), "_weight_bias")
+            if callable(unpack) and str(sub_type.__module__).startswith("torch."):
+                weight, bias = unpack(sub)
+                prefix = f"{qualified}." if qualified else ""
+                extra.append((f"{prefix}weight", weight))
+                extra_keys.append(("packed", id(holder)))
+                if bias is not None:
+                    extra.append((f"{prefix}bias", bias))
+                    extra_keys.append(None)
+    return ModuleParts(
+        submodules, list(params.values()), list(buffers.values()), extra, extra_keys,
+        uninitialized,
+    )  # fmt: skip
+
+
+_params_of = attrgetter("_parameters")
+
+
+_buffers_of = attrgetter("_buffers")
+
+
+def _packs_weights(tp: type) -> bool:
+    """torch's own packed-params modules (dynamic quantization) keep weights outside
+    ``_parameters``."""
+    packs = _packing_types.get(tp)
+    if packs is None:
+        module = _type_dict(tp).get("__module__")
+        packs = _packing_types[tp] = (
+            isinstance(module, str)
+            and module.startswith("torch.")
+            and _class_attr(_mro_of(tp), "_weight_bias") is not None
+        )
+    return packs
+
+
+def _module_parts_fast(
+    T: TorchTypes, submodules: list[Any], edges: list[Any] | None = None
+) -> ModuleParts | None:
+    """The common case (eager modules, plain dicts, no lazy or packed parameters) read
+    column-wise; None sends the module down the careful path."""
+    try:
+        params = list(chain.from_iterable(map(dict.values, map(_params_of, submodules))))
+        buffers = list(chain.from_iterable(map(dict.values, map(_buffers_of, submodules))))
+    except TypeError:  # TorchScript's wrapper dicts
+        return None
+    types = set(map(type, params)) | set(map(type, buffers))
+    raw_params = params
+    if type(None) in types:
+        types.discard(type(None))
+        raw_params = [tensor for tensor in params if tensor is not None]
+        buffers = [tensor for tensor in buffers if tensor is not None]
+    tensors = raw_params + buffers
+    mixin = T.Uninitialized
+    if mixin is not None and any(mixin in _mro_of(tp) for tp in types):
+        return None
+    if any(map(_packs_weights, set(map(type, submodules)))):
+        return None
+    unique_params = dict(zip(map(id, raw_params), raw_params))  # noqa: B905 - tied once
+    unique_buffers = dict(zip(map(id, buffers), buffers))  # noqa: B905
+    return ModuleParts(
+        submodules, list(unique_params.values()), list(unique_buffers.values()), [], [], [],
+        edges, tensors, len(raw_params),
+    )  # fmt: skip
+
+
+class Dispatch(NamedTuple):
+    """An accelerate-dispatched model: where its real weights live, and why not to move it."""
+
+    reason: str
+    weights: list[tuple[str, Any]]  # (name, tensor) held by the hooks' weights_map
+    on_disk: int  # weights offloaded to disk (not in memory)
+
+
+def accelerate_dispatch(T: TorchTypes, name: str, submodules: list[Any]) -> Dispatch | None:
+    """Reads ``hf_device_map`` and ``_hf_hook`` (AlignDevicesHook.weights_map, PrefixedDataset,
+    OffloadedWeightsLoader) from instance dicts only: never runs accelerate's code."""
+    root = instance_dict(submodules[0]) or {}
+    device_map = root.get("hf_device_map")
+    hooks = []
+    for sub in submodules:
+        own = instance_dict(sub)
+        if own and "_hf_hook" in own:
+            hooks.append(own["_hf_hook"])
+    spread = isinstance(device_map, dict) and len({str(v) for v in dict.values(device_map)}) > 1
+    if not hooks and not spread:
+        return None  # device_map on one device and no hooks: an ordinary model
+    weights: dict[int, tuple[str, Any]] = {}
+    on_disk: set[str] = set()
+    maps: dict[int, Any] = {}
+    for hook in hooks:
+        own = instance_dict(hook) or {}
+        inner = own.get("hooks")
+        for each in inner if isinstance(inner, (list, tuple)) else (hook,):
+            weights_map = (instance_dict(each) or {}).get("weights_map")
+            prefix = ""
+            for _ in range(4):  # PrefixedDataset(PrefixedDataset(...)) unwrapped
+                wm = instance_dict(weights_map) if weights_map is not None else None
+                if not wm or "dataset" not in wm:
+                    break
+                prefix = wm.get("prefix", "") or prefix
+                weights_map = wm["dataset"]
+            if weights_map is not None:
+                maps[id(weights_map)] = weights_map
+    for weights_map in maps.values():
+        if isinstance(weights_map, dict):
+            state = weights_map
+        else:
+            own = instance_dict(weights_map) or {}
+            found = own.get("state_dict")
+            state = found if isinstance(found, dict) else {}
+            keys = own.get("all_keys")
+            if isinstance(keys, list):
+                on_disk.update(k for k in keys if isinstance(k, str) and k not in state)
+        for key, tensor in dict.items(state):
+            if isinstance(tensor, T.Tensor):
+                weights.setdefault(id(tensor), (str(key), tensor))
+    if isinstance(device_map, dict):
+        places = sorted({str(v) for v in dict.values(device_map)})
+        how = f"dispatched by accelerate (device_map: {', '.join(places)})"
+    else:
+        how = "has accelerate hooks that place its weights"
+    reason = (
+        f"{name} {how}: moving it by hand breaks its hooks; load it again with the device_map "
+        f"you want (or accelerate.hooks.remove_hook_from_module({name}, recurse=True) first)"
+    )
+    return Dispatch(reason, list(weights.values()), len(on_disk))

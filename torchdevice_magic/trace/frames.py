@@ -1,0 +1,101 @@
+"""Whose line is it, and what is a tensor called there.
+
+Which directories hold library code (never "the user's line"), the name a frame gives a
+tensor (a local, a module's parameter/buffer/attribute, the base of a view) and which lines of
+a cell sit in a loop. Read only when the recorder notes an interesting op, and when the report
+is built. Standard library only; ``torch.nn`` is looked up in ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import sysconfig
+from types import FrameType
+from typing import Any
+
+
+def _library_prefixes() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """Directories whose code is never "the user's line": (packages, stdlib, site-packages
+    inside stdlib, which is the user's again: system Pythons put it there)."""
+    packages = []
+    for name in ("torch", "IPython", "ipykernel", "traitlets", "numpy"):
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if path:
+            packages.append(os.path.dirname(os.path.abspath(path)) + os.sep)
+    paths = sysconfig.get_paths()
+    stdlib = {os.path.abspath(paths[k]) + os.sep for k in ("stdlib", "platstdlib") if paths.get(k)}
+    site = {os.path.abspath(paths[k]) + os.sep for k in ("purelib", "platlib") if paths.get(k)}
+    return tuple(packages), tuple(stdlib), tuple(site)
+
+
+def _name_in_frame(frame: FrameType, tensor: Any, modules: list[tuple[str, Any]]) -> str | None:
+    """The name that holds ``tensor`` (by identity) seen from ``frame``: a local variable, a
+    parameter/buffer/tensor attribute of the module the op runs in (``model.fc.weight``) or
+    of a module the frame holds (``self.scale``); a view is named after its base."""
+    name = _holder_name(frame, tensor, modules)
+    if name is None:
+        base = getattr(tensor, "_base", None)  # a view: x.t(), x[0], x.view(...)
+        if base is not None:
+            name = _holder_name(frame, base, modules)
+            if name is not None:
+                name = f"{name} (a view)"
+    return name
+
+
+def _holder_name(frame: FrameType, tensor: Any, modules: list[tuple[str, Any]]) -> str | None:
+    try:
+        scope = frame.f_locals
+    except Exception:
+        return None
+    nn_module = getattr(sys.modules.get("torch.nn"), "Module", None)
+    private = None
+    holders = [modules[-1]] if modules else []
+    for name, value in scope.items():
+        if value is tensor:
+            if not name.startswith("_"):
+                return name
+            private = private or name  # _ / _12 / __x only when nothing better holds it
+        elif nn_module is not None and issubclass(type(value), nn_module):
+            holders.append((name, value))
+    for prefix, module in holders:
+        found = _name_in_module(module, tensor)
+        if found is not None:
+            return f"{prefix}.{found}"
+    return private
+
+
+def _name_in_module(module: Any, tensor: Any) -> str | None:
+    # parameters and buffers through torch's own accessors; plain tensor attributes through
+    # the instance dict (never calling properties of the user's object)
+    for name, value in module.named_parameters():
+        if value is tensor:
+            return name
+    for name, value in module.named_buffers():
+        if value is tensor:
+            return name
+    try:
+        attributes = vars(module)
+    except TypeError:
+        return None
+    for name, value in attributes.items():
+        if value is tensor:
+            return name
+    return None
+
+
+def _loop_lines(source: str) -> set[int]:
+    """Lines of ``source`` inside a for/while loop (or a comprehension)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+        elif isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return lines
