@@ -40,7 +40,7 @@ from typing import Any
 
 from .book import BOOK_HISTORY as BOOK_HISTORY
 from .book import _Book as _Book
-from .book import _State
+from .book import _names_left, _State
 from .columns import _BULK_RECORDS as _BULK_RECORDS
 from .columns import _NO_COLUMNS, _read_columns
 from .columns import COLUMN_BATCH as COLUMN_BATCH
@@ -309,13 +309,12 @@ def _rescan(
         stale = list(compress(keys, map(ne, ids, state.ids)))
         stale += keys[known:]
     else:
-        staying = list(map(set(keys).__contains__, state.keys))
-        kept_keys = list(compress(state.keys, staying))
-        kept = len(kept_keys)
-        if keys[:kept] == kept_keys:
+        left = _names_left(state.keys, keys)
+        if left is not None:
             # `del x`: the names left keep their order, new ones come at the end (in C)
+            staying, kept_keys = left
             stale = list(compress(kept_keys, map(ne, ids, compress(state.ids, staying))))
-            stale += keys[kept:]
+            stale += keys[len(kept_keys) :]
             gone = list(compress(state.keys, map(not_, staying)))
         else:
             current = dict(zip(keys, ids, strict=True))

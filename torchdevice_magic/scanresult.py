@@ -32,6 +32,12 @@ from .units import collector_paused, device_sort_key
 # The result
 
 
+def _lists_something(entry: Any) -> bool:
+    """Whether a name's entry gives rows: a tensor's facts always do; an entry without records
+    (an object watched for the tensors it may get) does not."""
+    return type(entry) is _TensorFacts or bool(entry.records)
+
+
 class Inventory:
     """The result of a scan: records, per-device totals, renderings. Immutable: what it
     computes on demand (records, totals) is cached, never changed."""
@@ -116,11 +122,15 @@ class Inventory:
                 self._live = (columns, list(filterfalse(gone.__contains__, range(len(columns)))))
         return self._live
 
+    def _live_values(self, column: list[Any]) -> list[Any]:
+        """One column (``columns.names``, ``.sizes``...) without the names rebound since the
+        full scan (read-only: the column itself when none was)."""
+        live = self._live_columns()[1]
+        return column if live is None else list(map(column.__getitem__, live))
+
     def _column_keys(self) -> list[StorageKey]:
         """The live columns' storage keys (read-only)."""
-        columns, live = self._live_columns()
-        keys = columns.keys()
-        return keys if live is None else list(map(keys.__getitem__, live))
+        return self._live_values(self._live_columns()[0].keys())
 
     def _column_of(self, name: str) -> int | None:
         columns = self._state.columns
@@ -151,14 +161,9 @@ class Inventory:
         shows. Everything else is in :meth:`other_records`. Starts the incremental
         bookkeeping, so that :meth:`view_changes` can answer after the next cell."""
         self._ensure_book()
-        columns, live = self._live_columns()
-        names, devices, sizes = columns.names, columns.devices, columns.sizes
-        pointers = columns.pointers
-        if live is not None:
-            names = [names[i] for i in live]
-            devices = [devices[i] for i in live]
-            sizes = [sizes[i] for i in live]
-            pointers = [pointers[i] for i in live]
+        columns = self._live_columns()[0]
+        names, devices = self._live_values(columns.names), self._live_values(columns.devices)
+        sizes, pointers = self._live_values(columns.sizes), self._live_values(columns.pointers)
         shared_keys = self._shared_storage_keys()
         shared: frozenset[str] = frozenset()
         if shared_keys and names:
@@ -334,7 +339,7 @@ class Inventory:
         """The top-level names that hold something this inventory lists (not hidden ones), in
         the namespace's order (sets and ``compress``: C-level over a big namespace)."""
         entries = self._entries
-        listed = {n for n, e in entries.items() if type(e) is _TensorFacts or e.records}
+        listed = {n for n, e in entries.items() if _lists_something(e)}
         columns = self._state.columns
         if columns is not None and len(columns):
             listed.update(set(columns.names) - self._state.dropped - entries.keys())
@@ -345,15 +350,13 @@ class Inventory:
         """What the listed names hold: ``({storage key: (device, nbytes)}, {storage key: how
         many names reach it})`` -- :meth:`storages_of` over :meth:`names`, each storage once,
         with the plain tensors' columns taken whole (the memory timeline's first count)."""
-        columns, live = self._live_columns()
+        columns = self._live_columns()[0]
         keys = self._column_keys()
-        devices, sizes = columns.devices, columns.sizes
-        if live is not None:
-            devices, sizes = [devices[i] for i in live], [sizes[i] for i in live]
-        named: Storages = dict(zip(keys, zip(devices, sizes)))  # noqa: B905 - same lengths
+        sizes = zip(self._live_values(columns.devices), self._live_values(columns.sizes))  # noqa: B905
+        named: Storages = dict(zip(keys, sizes))  # noqa: B905 - same lengths
         counts = Counter(keys)
         for entry in self._entries.values():
-            if type(entry) is _TensorFacts or entry.records:
+            if _lists_something(entry):
                 storages = _entry_storages(entry)
                 named.update(storages)
                 counts.update(storages.keys())
@@ -389,9 +392,7 @@ class Inventory:
             counts = Counter(self._column_keys())
             entries = chain(self._entries.values(), self._hidden.values())
             counts.update(
-                chain.from_iterable(
-                    _entry_storages(e) for e in entries if type(e) is _TensorFacts or e.records
-                )
+                chain.from_iterable(_entry_storages(e) for e in entries if _lists_something(e))
             )
             self._share_counts = counts
         return self._share_counts
@@ -603,8 +604,7 @@ class Inventory:
         ]
         if not optimizers:
             return []
-        columns, live = self._live_columns()
-        reachable: set[int] = set(columns.ids if live is None else [columns.ids[i] for i in live])
+        reachable: set[int] = set(self._live_values(self._live_columns()[0].ids))
         for entry in entries.values():
             if type(entry) is _TensorFacts:
                 reachable.add(entry.id)
