@@ -225,7 +225,7 @@ def test_every_sort_key_is_total(sort: str) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(target=st.sampled_from(["cpu", "meta", "cuda", "cuda:0", "simdev:0"]))
+@given(target=st.sampled_from(["cpu", "cpu:0", "meta", "cuda", "cuda:0", "simdev", "simdev:0"]))
 def test_the_tally_counts_exactly_the_rows_whose_button_is_enabled(target) -> None:
     model = torch.nn.Linear(2, 2)
     namespace = {

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..records import ColumnRows
 from ..units import format_bytes
-from .rows import Action, _same_device
+from .rows import Action, _device_name, _same_device
 
 # -- totals ------------------------------------------------------------------------------------
 
@@ -126,12 +126,12 @@ class Tally:
 
 
 def _same_as(target: str) -> Callable[[str], bool]:
-    """Whether a device names ``target`` (``cuda`` and ``cuda:0`` are one device)."""
-    target = target.strip()
-    full = target if ":" in target or target in ("cpu", "meta") else target + ":0"
+    """:func:`~.rows._same_device` with ``target`` fixed: its full name made once, so the
+    common case (the device spelled as the target is) costs one comparison."""
+    full = _device_name(target)
 
     def same(device: str) -> bool:
-        return device in (target, full) or (":" not in device and device + ":0" == full)
+        return device == full or _device_name(device) == full
 
     return same
 

@@ -175,14 +175,15 @@ def size_text(record: Any) -> str:
     return text
 
 
+def _device_name(name: str) -> str:
+    """A device's full name: ``cuda`` is ``cuda:0`` (``cpu`` and ``meta`` have no index)."""
+    name = name.strip()
+    return name if ":" in name or name in ("cpu", "meta") else name + ":0"
+
+
 def _same_device(device: str, target: str) -> bool:
     """``cuda`` and ``cuda:0`` name the same device."""
-
-    def norm(name: str) -> str:
-        name = name.strip()
-        return name if ":" in name or name in ("cpu", "meta") else name + ":0"
-
-    return norm(device) == norm(target)
+    return _device_name(device) == _device_name(target)
 
 
 def row_action(
