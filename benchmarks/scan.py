@@ -38,7 +38,7 @@ from _namespace import (  # noqa: E402
 )
 
 import torchdevice_magic as tdm  # noqa: E402
-from torchdevice_magic.scanner import Scanner  # noqa: E402
+from torchdevice_magic.scan import Scanner  # noqa: E402
 
 
 class _Plain:

@@ -24,7 +24,7 @@ import time
 import torch
 from IPython.testing.globalipapp import get_ipython
 
-from torchdevice_magic.session import get_session
+from torchdevice_magic.shell.session import get_session
 
 
 class FakeComm:

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _namespace import floor_scan, median_seconds  # noqa: E402
 from IPython.testing import globalipapp  # noqa: E402
 
-from torchdevice_magic.session import load  # noqa: E402
-from torchdevice_magic.widget import DeviceTable  # noqa: E402
+from torchdevice_magic.shell.session import load  # noqa: E402
+from torchdevice_magic.shell.widget import DeviceTable  # noqa: E402
 
 
 def models_per_table(session: object) -> int:

@@ -25,12 +25,11 @@ PAGE = ROOT / "docs" / "architecture.md"
 #: top-level modules and subpackages that must work without IPython, ipywidgets, traitlets or
 #: comm, and that never import torch themselves (only use it once the user has imported it)
 PURE_CORE = {
-    "objects", "records", "scanner", "moves", "diagnose", "devices", "units", "trace",
-    "memory", "viewmodel", "protocol", "render", "inventory",
-    "facts", "entries", "composites", "inspection", "columns", "book", "scanresult",
+    "objects", "records", "scan", "moves", "diagnose", "devices", "names", "units", "trace",
+    "memory", "viewmodel", "protocol", "render",
 }  # fmt: skip
 #: thin layers over the core that may import IPython / ipywidgets / traitlets / comm
-IPYTHON_LAYER = {"session", "magics", "widget", "fixbutton", "comm"}
+IPYTHON_LAYER = {"shell"}
 #: the package itself (lazy public API) and test support (imports torch: it registers a device)
 OTHER = {"__init__", "testing"}
 

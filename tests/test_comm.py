@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from torchdevice_magic import protocol
-from torchdevice_magic.session import get_session
+from torchdevice_magic.shell.session import get_session
 from torchdevice_magic.viewmodel import Target
 
 
@@ -318,13 +318,13 @@ def test_cells_push_deltas_and_nothing_when_nothing_changed(channel, shell):
 def test_importing_torch_later_sends_a_whole_view():
     from IPython.testing.globalipapp import get_ipython
 
-    from torchdevice_magic.session import DeviceSession
+    from torchdevice_magic.shell.session import DeviceSession
     from torchdevice_magic.viewmodel import LiveWindow, WindowSpec
 
     ip = get_ipython()
     session = DeviceSession(ip)
     fake = FakeComm()
-    from torchdevice_magic.comm import SidebarChannel, _Subscriber
+    from torchdevice_magic.shell.comm import SidebarChannel, _Subscriber
 
     channel = SidebarChannel(session)
     subscriber = _Subscriber(fake)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from IPython.utils.capture import capture_output
 
-from torchdevice_magic.session import get_session
+from torchdevice_magic.shell.session import get_session
 
 HEAD = """
 import torch, torch.nn as nn
@@ -117,7 +117,7 @@ def press_the_button(shell: Any, diagnosis: Any) -> None:
     except ImportError:
         assert session.move(action.device, list(action.names)).ok
         return
-    from torchdevice_magic.fixbutton import fix_button
+    from torchdevice_magic.shell.fixbutton import fix_button
 
     box = fix_button(session, action, "cell-1")
     assert box is not None

@@ -10,7 +10,7 @@ import pytest
 from IPython.utils.capture import capture_output
 
 from torchdevice_magic import protocol
-from torchdevice_magic.session import get_session
+from torchdevice_magic.shell.session import get_session
 
 SETUP = """
 import torch
@@ -128,7 +128,7 @@ class _Comm:
 
 def test_fix_button_moves_and_asks_the_notebook_to_rerun_the_cell(ip) -> None:
     pytest.importorskip("ipywidgets")
-    from torchdevice_magic.fixbutton import fix_button
+    from torchdevice_magic.shell.fixbutton import fix_button
 
     ip.run_line_magic("config", "TorchDeviceMagic.allow_meta_target = True")
     run(ip, SETUP)
@@ -157,7 +157,7 @@ def test_fix_button_moves_and_asks_the_notebook_to_rerun_the_cell(ip) -> None:
 
 def test_without_the_labextension_the_button_says_rerun_yourself(ip) -> None:
     pytest.importorskip("ipywidgets")
-    from torchdevice_magic.fixbutton import fix_button
+    from torchdevice_magic.shell.fixbutton import fix_button
 
     ip.run_line_magic("config", "TorchDeviceMagic.allow_meta_target = True")
     run(ip, SETUP)
@@ -171,7 +171,7 @@ def test_without_the_labextension_the_button_says_rerun_yourself(ip) -> None:
 def test_no_button_where_the_planner_refuses(ip) -> None:
     pytest.importorskip("ipywidgets")
     from torchdevice_magic.diagnose import MoveAction
-    from torchdevice_magic.fixbutton import fix_button
+    from torchdevice_magic.shell.fixbutton import fix_button
 
     run(ip, SETUP)
     session = get_session(ip)

@@ -11,9 +11,9 @@ import torch
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
-from torchdevice_magic import session as session_module
-from torchdevice_magic.magics import MixedDevicesError
 from torchdevice_magic.protocol import COMM_TARGET
+from torchdevice_magic.shell import session as session_module
+from torchdevice_magic.shell.magics import MixedDevicesError
 
 SETUP = """
 import torch

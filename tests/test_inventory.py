@@ -13,11 +13,8 @@ import torch
 
 import torchdevice_magic as tdm
 from torchdevice_magic import protocol
-from torchdevice_magic.inventory import (
-    AGGREGATE_ABOVE,
-    CONTAINER_ELEMENT_CAP,
-    is_ipython_bookkeeping,
-)
+from torchdevice_magic.names import is_ipython_bookkeeping
+from torchdevice_magic.scan import AGGREGATE_ABOVE, CONTAINER_ELEMENT_CAP
 
 
 def by_name(inventory):
@@ -331,7 +328,7 @@ def test_html_is_escaped():
 
 
 def test_device_strings_are_general():
-    from torchdevice_magic.inventory import device_sort_key
+    from torchdevice_magic.units import device_sort_key
 
     devices = ["meta", "cuda:1", "cpu", "xpu:0", "cuda:0", "mps", "privateuseone:0"]
     assert sorted(devices, key=device_sort_key) == [

@@ -422,7 +422,7 @@ def run(shell, cell):
 
 
 def timeline_of(shell):
-    from torchdevice_magic.session import get_session
+    from torchdevice_magic.shell.session import get_session
 
     return get_session(shell).timeline
 
@@ -600,7 +600,7 @@ def test_real_cuda_oom_explained_with_allocator_figures_and_the_cell_peak(ip):
 
 def test_timeline_message_is_schema_checked_and_follows_the_snapshot(ip):
     from torchdevice_magic import protocol
-    from torchdevice_magic.session import get_session
+    from torchdevice_magic.shell.session import get_session
 
     run(ip, "import torch\nlosses = []")
     run(ip, "losses.append(torch.ones(3, requires_grad=True).exp().sum())")
@@ -682,7 +682,7 @@ def test_the_timeline_s_incremental_union_equals_a_fresh_count_after_every_kind_
     full scan in between); after rebinding, deleting, aliasing, views, gradients appearing,
     modules, containers and full scans in between, it is exactly what a fresh count says."""
     from torchdevice_magic.memory import timeline as timeline_module
-    from torchdevice_magic.scanner import Scanner
+    from torchdevice_magic.scan import Scanner
 
     # patched where Timeline reads it (the package only re-exports the default)
     monkeypatch.setattr(timeline_module, "RECOUNT_ABOVE", recount_above)
@@ -754,7 +754,7 @@ def test_a_device_error_traceback_kept_for_debug_is_a_holder_after_later_cells(i
     """IPython keeps the last traceback for %debug (InteractiveTB.tb) after the cell is over;
     a device error shown with the short traceback leaves sys.last_value alone, so holders
     must still find the failed function's batch there, cells later, and release must free it."""
-    from torchdevice_magic.session import get_session
+    from torchdevice_magic.shell.session import get_session
 
     run(ip, "import torch, weakref\nmodel = torch.nn.Linear(64, 8).to('meta')\nrefs = []")
     run(

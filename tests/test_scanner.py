@@ -13,7 +13,7 @@ import torch
 
 import torchdevice_magic as tdm
 from torchdevice_magic.records import Record
-from torchdevice_magic.scanner import Scanner
+from torchdevice_magic.scan import Scanner
 
 
 def by_name(inventory):
@@ -459,8 +459,8 @@ def test_module_with_a_none_child_and_a_shared_submodule():
 def test_optimizer_state_storages_keyed_when_asked_are_the_same():
     """Adam's state is summed per device at scan time and keyed only when asked: the keys,
     sizes and totals are those of every state tensor's storage, each counted once."""
-    from torchdevice_magic import scanner as S
     from torchdevice_magic.objects import TorchTypes
+    from torchdevice_magic.scan import scanner as S
 
     model = torch.nn.Linear(8, 4)
     optimizer = torch.optim.Adam(model.parameters())

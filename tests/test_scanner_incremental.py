@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import torchdevice_magic as tdm
-from torchdevice_magic.scanner import Scanner
+from torchdevice_magic.scan import Scanner
 
 
 def facts(inventory: tdm.Inventory) -> dict:
@@ -183,7 +183,7 @@ def test_mixed_warnings_keep_the_namespace_order(ask_first: str):
 def test_records_built_together_equal_records_built_one_by_one():
     import gc
 
-    from torchdevice_magic import scanner as scanner_module
+    from torchdevice_magic.scan import scanner as scanner_module
 
     dtypes = [torch.float32, torch.float16, torch.int64, torch.bool]
     namespace = {

@@ -22,10 +22,10 @@ from ipywidgets.widgets import widget as widget_module
 from torch import nn
 
 import torchdevice_magic.moves as moves
-from torchdevice_magic.inventory import is_ipython_bookkeeping
-from torchdevice_magic.session import load
+from torchdevice_magic.names import is_ipython_bookkeeping
+from torchdevice_magic.shell.session import load
+from torchdevice_magic.shell.widget import DeviceTable
 from torchdevice_magic.viewmodel import Target
-from torchdevice_magic.widget import DeviceTable
 
 HAS_CUDA = torch.cuda.is_available()
 

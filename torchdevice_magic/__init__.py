@@ -38,7 +38,7 @@ _FUNCTIONS = frozenset({"scan", "move", "diagnose", "trace", "holders"})
 sys.modules[__name__].__class__ = _Package
 
 from .records import Record  # noqa: E402
-from .scanner import Inventory, Scanner, scan  # noqa: E402
+from .scan import Inventory, Scanner, scan  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -88,13 +88,13 @@ def __getattr__(name: str) -> Any:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    from .session import load
+    from .shell import load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    from .session import unload
+    from .shell import unload
 
     unload(ipython)
 

@@ -14,7 +14,7 @@ from itertools import compress
 from operator import itemgetter
 from typing import Any
 
-from ..scanner import Inventory, scan
+from ..scan import Inventory, scan
 
 StorageKey = tuple[Any, ...]
 Keys = dict[StorageKey, tuple[str, int]]

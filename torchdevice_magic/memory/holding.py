@@ -17,7 +17,8 @@ from itertools import compress, repeat
 from operator import attrgetter, is_
 from typing import Any
 
-from ..scanner import Inventory, is_ipython_bookkeeping, scan
+from ..names import is_ipython_bookkeeping
+from ..scan import Inventory, scan
 from ..units import device_sort_key, format_bytes
 from .base import _NOTHING_TO_HOLD, _RELEASES, ErrorGetter, Keys, StorageKey, _by_device, _Source
 from .sources import (

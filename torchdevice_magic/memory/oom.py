@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..scanner import Inventory, scan
+from ..scan import Inventory, scan
 from ..units import format_bytes
 from .base import ErrorGetter, Keys
 from .holding import Holder, _device_matches, holders

@@ -16,7 +16,8 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..scanner import Inventory, is_ipython_bookkeeping, scan
+from ..names import is_ipython_bookkeeping
+from ..scan import Inventory, scan
 from .base import (
     _NOTHING_TO_HOLD,
     ErrorGetter,

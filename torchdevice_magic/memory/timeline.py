@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..scanner import Inventory, is_ipython_bookkeeping
+from ..names import is_ipython_bookkeeping
+from ..scan import Inventory
 from ..units import device_sort_key, format_bytes
 from .base import (
     _NOTHING_TO_HOLD,

@@ -26,8 +26,8 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 from .. import objects
+from ..names import IPYTHON_NAMES, is_ipython_bookkeeping
 from ..objects import Kind
-from ..scanner import IPYTHON_NAMES, is_ipython_bookkeeping
 from ..units import device_sort_key
 from .result import MoveError, reason
 from .transaction import FastSet, ModuleJob, ParamRecord, storage, tensor_nbytes

@@ -1,4 +1,4 @@
-"""The one view of an :class:`~torchdevice_magic.inventory.Inventory`: what every table shows.
+"""The one view of an :class:`~torchdevice_magic.scan.Inventory`: what every table shows.
 
 Pure core (no IPython, no ipywidgets, never imports torch). The text/HTML rendering, the
 ipywidgets table and the JupyterLab sidebar only draw what this module computes:

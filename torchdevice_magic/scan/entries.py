@@ -19,7 +19,10 @@ from itertools import chain, compress, repeat
 from operator import attrgetter, is_, is_not, ne
 from typing import Any
 
-from . import objects
+from .. import objects
+from ..objects import Kind, StorageKey, Storages, TorchTypes
+from ..records import Record
+from ..units import device_sort_key, format_bytes
 from .facts import (
     _bytes_by_device,
     _data_ptr,
@@ -32,9 +35,6 @@ from .facts import (
     _sizes_by_device,
     _TensorFacts,
 )
-from .objects import Kind, StorageKey, Storages, TorchTypes
-from .records import Record
-from .units import device_sort_key, format_bytes
 
 # --------------------------------------------------------------------------------------------
 # What one top-level name produced

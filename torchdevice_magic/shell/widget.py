@@ -29,10 +29,10 @@ import ipywidgets as widgets
 from ipywidgets.widgets.widget_bool import CheckboxStyle
 from ipywidgets.widgets.widget_string import HTMLStyle
 
-from . import viewmodel
-from .scanner import scan
-from .units import format_bytes
-from .viewmodel import Action, Header, LiveWindow, Row, WindowSpec
+from .. import viewmodel
+from ..scan import scan
+from ..units import format_bytes
+from ..viewmodel import Action, Header, LiveWindow, Row, WindowSpec
 
 _ERROR_STYLE = "color:#b91c1c"
 _OK_STYLE = "color:#166534"

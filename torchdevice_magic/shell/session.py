@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 from traitlets import Bool, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
-from . import protocol, viewmodel
-from .memory import Timeline, device_figures, reset_peaks
-from .scanner import Inventory, Scanner, orphan_warning
+from .. import protocol, viewmodel
+from ..memory import Timeline, device_figures, reset_peaks
+from ..scan import Inventory, Scanner, orphan_warning
 
 if TYPE_CHECKING:  # comm.py imports the ``comm`` package: loaded only by load()
     from .comm import SidebarChannel
@@ -54,7 +54,7 @@ class TorchDeviceMagic(Configurable):
     def _check_default_device(self, proposal: dict[str, Any]) -> str:
         value = proposal["value"].strip()
         if value and "torch" in sys.modules:  # checked against this kernel's devices
-            from .moves import MoveError, resolve_device
+            from ..moves import MoveError, resolve_device
 
             try:
                 return str(resolve_device(value, allow_meta=True))
@@ -164,7 +164,7 @@ class DeviceSession:
     def targets(self) -> list[viewmodel.Target]:
         if "torch" not in sys.modules:
             return []
-        from .moves import available_devices
+        from ..moves import available_devices
 
         return [
             viewmodel.Target(device, enabled, reason)
@@ -200,7 +200,7 @@ class DeviceSession:
             return None
         if self.config.default_device:
             return self.config.default_device
-        from .moves import best_device
+        from ..moves import best_device
 
         best = best_device()
         # meta is only ever enabled to stand in for a missing accelerator: make it the default
@@ -221,7 +221,7 @@ class DeviceSession:
         ``allow_meta``: None follows the config (one-click moves); a device the user typed
         (``%%devicecheck --to meta``) passes True.
         """
-        from .moves import move
+        from ..moves import move
 
         result = move(
             self.namespace,
@@ -246,7 +246,7 @@ class DeviceSession:
 
     def undo(self, progress: Callable[[int, int], None] | None = None) -> Any:
         if not self.undo_stack:
-            from .moves import MoveError
+            from ..moves import MoveError
 
             raise MoveError("nothing to undo")
         result = self.undo_stack[-1].undo(progress=progress)
@@ -346,7 +346,7 @@ class DeviceSession:
         target: str | None = None,
         target_reason: str = "as asked",
     ) -> Any:
-        from .diagnose import diagnose, parse_cell
+        from ..diagnose import diagnose, parse_cell
 
         return diagnose(
             error,
@@ -390,7 +390,7 @@ class DeviceSession:
             print(f"⚠ torchdevice_magic: {warning}", file=sys.stderr)
 
     def holders(self, device: str | None = None) -> list[Any]:
-        from .memory import HolderList, holders
+        from ..memory import HolderList, holders
 
         inventory = self.full_scan()
         found = holders(
@@ -448,7 +448,7 @@ class DeviceSession:
         return protocol.timeline(self.timeline.to_json(protocol.TIMELINE_ROWS), seq=self.seq)
 
     def show_oom(self, error: BaseException) -> Any:
-        from .memory import explain_oom
+        from ..memory import explain_oom
 
         explanation = explain_oom(
             error,
@@ -474,8 +474,8 @@ class DeviceSession:
     def can_move(self, device: str, names: tuple[str, ...] | list[str]) -> str | None:
         """None when the move engine accepts this move (planned, nothing done), else why not."""
         try:
-            from .moves import resolve_device
-            from .moves.plan import plan_move
+            from ..moves import resolve_device
+            from ..moves.plan import plan_move
 
             dest = resolve_device(device, self.config.allow_meta_target)
             plan_move(self.namespace, dest, list(names))
@@ -607,7 +607,7 @@ def cell_names(cell: str, shell: Any = None) -> tuple[str, ...]:
     """
     if not cell:
         return ()
-    from .diagnose import parse_cell
+    from ..diagnose import parse_cell
 
     return parse_cell(cell, shell).global_names
 
@@ -617,7 +617,7 @@ def short_traceback(shell: Any, etype: Any, value: Any, tb: Any, tb_offset: Any)
     (where the user's code called into torch), in the current ``%xmode``."""
     import types
 
-    from .diagnose import collapse_library_frames
+    from ..diagnose import collapse_library_frames
 
     shown, hidden = collapse_library_frames(tb)
     if hidden:

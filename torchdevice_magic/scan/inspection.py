@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import objects
+from .. import objects
+from ..objects import Kind, Storages, TorchTypes
 from .composites import _composite_entry
 from .entries import (
     _Entry,
@@ -24,7 +25,6 @@ from .entries import (
     _unreadable,
 )
 from .facts import _plain_tensor_facts, _tensor_record, _TensorFacts
-from .objects import Kind, Storages, TorchTypes
 
 # --------------------------------------------------------------------------------------------
 # One name

@@ -23,7 +23,7 @@ rescan, IPython's own names and the hidden output history; the parts, lowest fir
 optimizers), :mod:`.composites` (containers and objects; the container limits),
 :mod:`.inspection` (``_inspect``: one name to its entry; ``_still_same``), :mod:`.columns`
 (the plain tensors as columns), :mod:`.book` (``_State``, ``_Book``: incremental
-bookkeeping) and :mod:`.scanresult` (:class:`Inventory`, :func:`orphan_warning`). None of them
+bookkeeping) and :mod:`.inventory` (:class:`Inventory`, :func:`orphan_warning`). None of them
 imports this module. Import :class:`Inventory`, :func:`orphan_warning` and the container
 limits from here, as before; the ``X as X`` imports below keep the private names that tests
 and older code reach through ``scanner`` where they were.
@@ -32,12 +32,16 @@ and older code reach through ``scanner`` where they were.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable, Mapping
 from itertools import chain, compress, repeat
 from operator import is_, ne, not_
 from typing import Any
 
+from ..names import IPYTHON_NAMES as IPYTHON_NAMES
+from ..names import is_ipython_bookkeeping as is_ipython_bookkeeping
+from ..objects import Kind, StorageKey, TorchTypes
+from ..records import DeviceTotal, Record
+from ..units import device_sort_key, format_bytes
 from .book import BOOK_HISTORY as BOOK_HISTORY
 from .book import _Book as _Book
 from .book import _names_left, _State
@@ -50,26 +54,7 @@ from .entries import _Entry, _entry_storages, _entry_volatile
 from .facts import _facts_record, _facts_storages, _TensorFacts
 from .facts import _sizes_by_device as _sizes_by_device
 from .inspection import _inspect, _still_same
-from .objects import Kind, StorageKey, TorchTypes
-from .records import DeviceTotal, Record
-from .scanresult import Inventory, orphan_warning
-from .units import device_sort_key, format_bytes
-
-#: IPython's own bookkeeping: never user objects (``Out`` is looked at only with include_hidden).
-IPYTHON_NAMES = frozenset(
-    {"In", "Out", "_", "__", "___", "_i", "_ii", "_iii", "_ih", "_oh", "_dh", "exit", "quit"}
-    | {"get_ipython", "_exit_code"}
-)
-_IPYTHON_NUMBERED = re.compile(r"_i?\d+\Z")
-
-
-def is_ipython_bookkeeping(name: str) -> bool:
-    if not name.startswith("_"):
-        return name in IPYTHON_NAMES
-    return (
-        name in IPYTHON_NAMES or name.startswith("__") or _IPYTHON_NUMBERED.match(name) is not None
-    )
-
+from .inventory import Inventory, orphan_warning
 
 # --------------------------------------------------------------------------------------------
 # The scanner

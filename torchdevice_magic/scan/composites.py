@@ -15,7 +15,10 @@ from collections.abc import Iterable
 from itertools import compress
 from typing import Any
 
-from . import objects
+from .. import objects
+from ..objects import Kind, StorageKey, Storages, TorchTypes
+from ..records import Record
+from ..units import device_sort_key
 from .entries import _Entry, _module_entry, _optimizer_entry, _unreadable
 from .facts import (
     _bytes_by_device,
@@ -31,9 +34,6 @@ from .facts import (
     _tensor_record,
     _TensorFacts,
 )
-from .objects import Kind, StorageKey, Storages, TorchTypes
-from .records import Record
-from .units import device_sort_key
 
 #: Containers nested deeper than this are not walked (a nested batch is rarely deeper).
 MAX_CONTAINER_DEPTH = objects.MAX_DEPTH

@@ -20,13 +20,13 @@ from operator import is_not
 from types import MappingProxyType
 from typing import Any
 
+from ..objects import Kind, StorageKey, Storages, TorchTypes
+from ..records import ColumnRows, DeviceTotal, Record
+from ..units import collector_paused, device_sort_key
 from .book import _Book, _State
 from .columns import _BULK_RECORDS, _NO_COLUMNS, _Columns
 from .entries import _Entry, _entry_storages
 from .facts import _bytes_by_device, _facts_record, _TensorFacts
-from .objects import Kind, StorageKey, Storages, TorchTypes
-from .records import ColumnRows, DeviceTotal, Record
-from .units import collector_paused, device_sort_key
 
 # --------------------------------------------------------------------------------------------
 # The result
@@ -537,7 +537,7 @@ class Inventory:
     def device_totals(self) -> list[DeviceTotal]:
         """Totals with the allocator's figures for accelerators that are *already* initialised
         (:func:`.devices.memory_figures`; reading them otherwise would initialise the device)."""
-        from .devices import memory_figures
+        from ..devices import memory_figures
 
         totals = self.totals()
         needed = self.would_need()
@@ -694,17 +694,17 @@ class Inventory:
 
     def to_json(self, **context: Any) -> dict[str, Any]:
         """The protocol snapshot (see :mod:`torchdevice_magic.protocol`)."""
-        from .protocol import snapshot
+        from ..protocol import snapshot
 
         return snapshot(self, **context)
 
     def __repr__(self) -> str:
-        from .render import inventory_text
+        from ..render import inventory_text
 
         return inventory_text(self)
 
     def _repr_html_(self) -> str:
-        from .render import inventory_html
+        from ..render import inventory_html
 
         return inventory_html(self)
 

@@ -15,14 +15,14 @@ from itertools import compress
 from operator import is_not, not_
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ..objects import StorageKey, TorchTypes
+from ..records import Record
 from .columns import _Columns
 from .entries import _Entry
 from .facts import _facts_record, _facts_storages, _first, _second, _TensorFacts
-from .objects import StorageKey, TorchTypes
-from .records import Record
 
 if TYPE_CHECKING:
-    from .scanresult import Inventory
+    from .inventory import Inventory
 
 
 # --------------------------------------------------------------------------------------------

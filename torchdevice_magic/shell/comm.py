@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from . import protocol
-from .units import collector_paused
-from .viewmodel import LiveWindow, WindowSpec
+from .. import protocol
+from ..units import collector_paused
+from ..viewmodel import LiveWindow, WindowSpec
 
 log = logging.getLogger("torchdevice_magic")
 
@@ -188,7 +188,7 @@ class SidebarChannel:
             base = subscriber.seq
             subscriber.seq += 1
             if delta is None:
-                from .viewmodel import Delta
+                from ..viewmodel import Delta
 
                 delta = Delta((), (), None, live.window.matching, live.window.total)
             self._send(
@@ -269,7 +269,7 @@ class SidebarChannel:
 
     def answer(self, request: protocol.Request) -> tuple[bool, str, dict[str, Any] | None]:
         """(ok, one-line message, outcome) for a validated move / undo / refresh."""
-        from .moves import MoveError
+        from ..moves import MoveError
 
         session = self.session
         if request.type == "refresh":
@@ -287,7 +287,7 @@ class SidebarChannel:
         return result.ok, outcome["message"] if outcome else result.summary(), outcome
 
     def _checked_names(self, names: tuple[str, ...] | None) -> list[str] | None:
-        from .moves import MoveError
+        from ..moves import MoveError
 
         if names is None:
             return None

@@ -19,11 +19,11 @@ from itertools import compress, repeat
 from operator import and_, is_, methodcaller, not_
 from typing import Any
 
+from ..objects import StorageKey, TorchTypes
+from ..records import Record
 from .entries import _entry_volatile
 from .facts import _device_names_of, _get_dtype, _get_requires_grad, _get_shape, _is_cpu
 from .inspection import _inspect
-from .objects import StorageKey, TorchTypes
-from .records import Record
 
 
 class _Columns:

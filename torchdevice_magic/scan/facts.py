@@ -16,10 +16,10 @@ from itertools import compress, repeat
 from operator import attrgetter, itemgetter, methodcaller
 from typing import Any, NamedTuple
 
-from . import objects
-from .objects import StorageKey, Storages, TorchTypes
-from .records import Record
-from .units import device_sort_key
+from .. import objects
+from ..objects import StorageKey, Storages, TorchTypes
+from ..records import Record
+from ..units import device_sort_key
 
 # --------------------------------------------------------------------------------------------
 # Facts about tensors

@@ -10,8 +10,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from ..units import device_sort_key
 from .session import DeviceSession, cell_names
-from .units import device_sort_key
 
 MAGIC_NAMES = {"cell": ["devicecheck"], "line": ["devices"]}
 
@@ -34,7 +34,7 @@ class CellFailed(RuntimeError):
 def names_read(cell: str, shell: Any = None) -> list[str]:
     """Top-level names a cell reads (the roots of ``model.fc.weight`` count as ``model``); the
     cell is parsed once for the hook, this magic and any diagnosis (:func:`.diagnose.parse_cell`)."""
-    from .diagnose import parse_cell
+    from ..diagnose import parse_cell
 
     return list(parse_cell(cell, shell).names_read)
 
@@ -168,7 +168,7 @@ class DeviceMagics(Magics):
         if "torch" not in sys.modules:  # never imported on the user's behalf
             print("%%devicecheck --trace: torch is not imported yet, nothing to trace")
             return None
-        from .trace import Tracer
+        from ..trace import Tracer
 
         return Tracer(self.session.namespace, source=cell, file_label=self._cell_label)
 
@@ -179,7 +179,7 @@ class DeviceMagics(Magics):
         return named[1] if named else None
 
     def _checked_device(self, text: str, option: str, allow_meta: bool = True) -> str:
-        from .moves import MoveError, resolve_device
+        from ..moves import MoveError, resolve_device
 
         try:
             return str(resolve_device(text, allow_meta=allow_meta))
@@ -193,7 +193,7 @@ class DeviceMagics(Magics):
 
     def _table(self, inventory: Any, title: str = "Devices") -> Any:
         """A static table of this moment ("as of [n]"), drawn from the view model."""
-        from .render import Table
+        from ..render import Table
 
         session = self.session
         return Table(
@@ -205,7 +205,7 @@ class DeviceMagics(Magics):
         )
 
     def _move_before_running(self, read: list[str], device: str) -> None:
-        from .moves import MoveError
+        from ..moves import MoveError
 
         inventory = self.session.rescan()
         movable = {r.root for r in inventory.records if r.movable and not r.hidden}
@@ -292,7 +292,7 @@ class DeviceMagics(Magics):
         return None
 
     def _memory(self, args: Any) -> Any:
-        from .units import format_bytes
+        from ..units import format_bytes
 
         if sum([args.holders, args.release is not None, args.timeline]) > 1:
             raise UsageError("use one of --holders, --release N, --timeline")
