@@ -24,7 +24,7 @@ import time
 import torch
 from IPython.testing.globalipapp import get_ipython
 
-from torchdevice_magic.shell.session import get_session
+from torchdevice_magic.shell import get_session
 
 
 class FakeComm:
@@ -77,11 +77,11 @@ def measure(shell, n: int, rounds: int, block: int = 5) -> dict[str, float]:
         original = session.channel.push
 
         def push(s) -> None:
-            if not s.channel.comms:  # the hook-only rounds: no sidebar, nothing to time
+            if not session.channel.comms:  # the hook-only rounds: no sidebar, nothing to time
                 return
             start = time.perf_counter()
             inventory = s.current_inventory()
-            shown = next(iter(s.channel.comms.values())).live._source
+            shown = next(iter(session.channel.comms.values())).live._source
             inventory.view_changes(shown)  # brings the book up to date; push then reads it
             inventory.device_totals()
             inventory.mixed_warnings()
@@ -90,13 +90,13 @@ def measure(shell, n: int, rounds: int, block: int = 5) -> dict[str, float]:
             inventory_s.append(middle - start)
             view_s.append(time.perf_counter() - middle)
 
-        session.remove_listener(original)
+        session.app.remove_listener(original)
         session.channel.push = push  # _attach/_detach now add and remove the wrapper
-        session.add_listener(push)
+        session.app.add_listener(push)
 
     shell.run_line_magic("load_ext", "torchdevice_magic")
     session = get_session(shell)
-    session.full_scan()
+    session.app.full_scan()
     comm = FakeComm()
     gc.collect()
     start = time.perf_counter()
@@ -138,7 +138,7 @@ def measure(shell, n: int, rounds: int, block: int = 5) -> dict[str, float]:
                     without_ext.append(took)
             shell.run_line_magic("load_ext", "torchdevice_magic")
             session = get_session(shell)
-            session.full_scan()
+            session.app.full_scan()
             comm = FakeComm()
             session.channel._on_open(comm, {})
             split_push(session)

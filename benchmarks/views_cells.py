@@ -18,7 +18,7 @@ import torch
 from IPython.testing.globalipapp import get_ipython
 from views import FakeComm
 
-from torchdevice_magic.shell.session import get_session
+from torchdevice_magic.shell import get_session
 
 CELLS = [
     "t5 = torch.zeros(1000)",

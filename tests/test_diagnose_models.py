@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from IPython.utils.capture import capture_output
 
-from torchdevice_magic.shell.session import get_session
+from torchdevice_magic.shell import get_session
 
 HEAD = """
 import torch, torch.nn as nn
@@ -77,7 +77,7 @@ def failing(shell: Any, cell: str) -> Any:
     """Run ``cell``; it must fail with a device error. Returns the session's diagnosis."""
     result = run(shell, cell)
     assert isinstance(result.error_in_exec, RuntimeError), result.error_in_exec
-    diagnosis = get_session(shell).diagnose(result.error_in_exec, cell)
+    diagnosis = get_session(shell).app.diagnose(result.error_in_exec, cell)
     assert diagnosis is not None
     for line in diagnosis.fix_lines:
         # every fix line is Python a user can run (in the function, for a function's line)
@@ -111,15 +111,15 @@ def press_the_button(shell: Any, diagnosis: Any) -> None:
     session = get_session(shell)
     action = diagnosis.action
     assert action is not None, diagnosis.text()
-    assert session.can_move(action.device, action.names) is None
+    assert session.app.can_move(action.device, action.names) is None
     try:
         import ipywidgets  # noqa: F401
     except ImportError:
-        assert session.move(action.device, list(action.names)).ok
+        assert session.app.move(action.device, list(action.names)).ok
         return
     from torchdevice_magic.shell.fixbutton import fix_button
 
-    box = fix_button(session, action, "cell-1")
+    box = fix_button(session.app, action, "cell-1", session.request_rerun)
     assert box is not None
     button, status = box.children
     assert button.description == action.label
@@ -375,7 +375,7 @@ def test_half_loaded_checkpoint_moves_the_model_to_its_bigger_part(
     assert set(culprit(d, "model").devices) == {"cpu", dev}
     assert d.fix_lines[0].source == f'model.to("{dev}")'  # in place: the optimizer stays valid
     assert d.action is not None and d.action.names == ("model",)
-    assert get_session(ip).can_move(dev, ("model",)) is None
+    assert get_session(ip).app.can_move(dev, ("model",)) is None
     weight = ip.user_ns["model"][2].weight
     apply_cell_fixes(ip, d)
     assert_succeeds(ip, "loss = model(x).sum()")
@@ -445,10 +445,10 @@ def test_trainer_model_left_behind_is_moved_through_the_trainer(
     assert not result.success
     assert f'Fix: trainer.model.to("{dev}")   # move everything to {dev}, as asked' in shown[-1]
     error = run(ip, "loss = trainer.step(batch)").error_in_exec
-    d = get_session(ip).diagnose(error, "loss = trainer.step(batch)", target=dev)
+    d = get_session(ip).app.diagnose(error, "loss = trainer.step(batch)", target=dev)
     assert [f.source for f in d.fix_lines] == [f'trainer.model.to("{dev}")']
     assert d.action is not None and d.action.names == ("trainer",)
-    assert get_session(ip).can_move(dev, ("trainer",)) is None
+    assert get_session(ip).app.can_move(dev, ("trainer",)) is None
     weight = ip.user_ns["trainer"].model.weight
     apply_cell_fixes(ip, d)
     assert ip.user_ns["trainer"].model.weight is weight  # the optimizer's Parameter, moved

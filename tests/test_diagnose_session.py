@@ -10,7 +10,7 @@ import pytest
 from IPython.utils.capture import capture_output
 
 from torchdevice_magic import protocol
-from torchdevice_magic.shell.session import get_session
+from torchdevice_magic.shell import get_session
 
 SETUP = """
 import torch
@@ -134,13 +134,13 @@ def test_fix_button_moves_and_asks_the_notebook_to_rerun_the_cell(ip) -> None:
     run(ip, SETUP)
     session = get_session(ip)
     result = run(ip, "y = model(x)")
-    diagnosis = session.diagnose(result.error_in_exec, "y = model(x)")
+    diagnosis = session.app.diagnose(result.error_in_exec, "y = model(x)")
     assert diagnosis.action is not None
     assert diagnosis.action.label == "Move x to meta and re-run"
     comm = _Comm()
     session.channel._on_open(comm, {})  # a sidebar opens its comm (protocol v2)
     try:
-        box = fix_button(session, diagnosis.action, "cell-1234")
+        box = fix_button(session.app, diagnosis.action, "cell-1234", session.request_rerun)
         button, status = box.children
         assert button.description == "Move x to meta and re-run"
         button.click()
@@ -162,8 +162,8 @@ def test_without_the_labextension_the_button_says_rerun_yourself(ip) -> None:
     ip.run_line_magic("config", "TorchDeviceMagic.allow_meta_target = True")
     run(ip, SETUP)
     session = get_session(ip)
-    diagnosis = session.diagnose(run(ip, "y = model(x)").error_in_exec, "y = model(x)")
-    box = fix_button(session, diagnosis.action, "cell-1")
+    diagnosis = session.app.diagnose(run(ip, "y = model(x)").error_in_exec, "y = model(x)")
+    box = fix_button(session.app, diagnosis.action, "cell-1", session.request_rerun)
     box.children[0].click()
     assert box.children[1].value.startswith("moved: re-run the cell")
 
@@ -176,8 +176,8 @@ def test_no_button_where_the_planner_refuses(ip) -> None:
     run(ip, SETUP)
     session = get_session(ip)
     # meta is not a target unless the user allowed it: no button, nothing moved
-    assert fix_button(session, MoveAction(("x",), "meta"), "c") is None
-    assert fix_button(session, MoveAction(("nope",), "cpu"), "c") is None
+    assert fix_button(session.app, MoveAction(("x",), "meta"), "c", session.request_rerun) is None
+    assert fix_button(session.app, MoveAction(("nope",), "cpu"), "c", session.request_rerun) is None
     assert ip.user_ns["x"].device.type == "cpu"
 
 

@@ -11,8 +11,9 @@ import torch
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
+from torchdevice_magic import app as app_module
 from torchdevice_magic.protocol import COMM_TARGET
-from torchdevice_magic.shell import session as session_module
+from torchdevice_magic.shell import get_session
 from torchdevice_magic.shell.magics import MixedDevicesError
 
 SETUP = """
@@ -68,7 +69,7 @@ def test_load_unload_reload_leave_exactly_the_expected_hooks(ip):
     assert "devices" not in magics["line"] and "devicecheck" not in magics["cell"]
     assert not comm_target_registered()
     assert not any(type(c).__name__ == "TorchDeviceMagic" for c in ip.configurables)
-    assert session_module.get_session(ip) is None
+    assert get_session(ip) is None
 
     ip.run_line_magic("load_ext", "torchdevice_magic")
     assert len(our_callbacks(ip)) == 1 and "devices" in magics["line"]
@@ -198,7 +199,7 @@ def test_hook_never_raises_into_the_session(ip, monkeypatch, caplog):
     def broken(*args, **kwargs):
         raise RuntimeError("scan exploded")
 
-    monkeypatch.setattr(session_module.Scanner, "scan", broken)
+    monkeypatch.setattr(app_module.Scanner, "scan", broken)
     run(ip, "import torch")
     for _ in range(3):
         result, _, _ = run(ip, "a = torch.ones(2)")
@@ -239,10 +240,10 @@ def test_hook_does_nothing_until_torch_is_imported():
 
 def test_hook_rescans_incrementally_and_sees_reused_names(ip):
     run(ip, "import torch\nw = torch.ones(3)")
-    session = session_module.get_session(ip)
-    assert session.inventory["w"].shape == (3,)
+    session = get_session(ip)
+    assert session.app.inventory["w"].shape == (3,)
     run(ip, "del w\nw = torch.ones(5)")
-    assert session.inventory["w"].shape == (5,)
+    assert session.app.inventory["w"].shape == (5,)
 
 
 # -- %%devicecheck --------------------------------------------------------------------------------
@@ -292,7 +293,7 @@ def test_devicecheck_help_shows_the_cell_magic_usage(ip):
 
 def test_devicecheck_to_moves_what_the_cell_reads_before_running_it(ip):
     run(ip, SETUP)
-    session_module.get_session(ip).config.allow_meta_target = True
+    get_session(ip).config.allow_meta_target = True
     result, printed, _ = run(ip, "%%devicecheck --to meta --quiet\ny = model(x)")
     assert result.success, result.error_in_exec
     assert ip.user_ns["x"].device.type == "meta"
@@ -391,8 +392,8 @@ def test_default_device_config_is_validated(ip, caplog):
     assert any(
         "default_device 'cdua': 'cdua' is not a device" in r.getMessage() for r in caplog.records
     )
-    session = session_module.get_session(ip)
+    session = get_session(ip)
     assert session.config.default_device == ""
     run(ip, "%config TorchDeviceMagic.default_device = 'cpu'")
-    assert session.default_target() == "cpu"
+    assert session.app.default_target() == "cpu"
     run(ip, "%config TorchDeviceMagic.default_device = ''")

@@ -422,9 +422,9 @@ def run(shell, cell):
 
 
 def timeline_of(shell):
-    from torchdevice_magic.shell.session import get_session
+    from torchdevice_magic.shell import get_session
 
-    return get_session(shell).timeline
+    return get_session(shell).app.timeline
 
 
 def test_per_cell_deltas_are_exactly_the_bytes_each_cell_created(ip):
@@ -600,12 +600,12 @@ def test_real_cuda_oom_explained_with_allocator_figures_and_the_cell_peak(ip):
 
 def test_timeline_message_is_schema_checked_and_follows_the_snapshot(ip):
     from torchdevice_magic import protocol
-    from torchdevice_magic.shell.session import get_session
+    from torchdevice_magic.shell import get_session
 
     run(ip, "import torch\nlosses = []")
     run(ip, "losses.append(torch.ones(3, requires_grad=True).exp().sum())")
     session = get_session(ip)
-    message = session.timeline_message()
+    message = session.app.timeline_message()
     protocol.check_timeline(message)
     last = message["rows"][-1]
     # the loss (4 B), exp's saved result (12 B) and the leaf its AccumulateGrad node keeps (12 B)
@@ -613,7 +613,7 @@ def test_timeline_message_is_schema_checked_and_follows_the_snapshot(ip):
     assert last["changes"][0][0] == "losses: 1 autograd graph"
     # what the graph keeps is said apart, so the chart agrees with the device table's total
     assert last["outside"] == 12 + 12
-    shown = {bar.device: bar.bytes for bar in session.header().bars}
+    shown = {bar.device: bar.bytes for bar in session.app.header().bars}
     assert last["bytes"] - last["outside"] == shown["cpu"]
 
     sent = []
@@ -754,7 +754,7 @@ def test_a_device_error_traceback_kept_for_debug_is_a_holder_after_later_cells(i
     """IPython keeps the last traceback for %debug (InteractiveTB.tb) after the cell is over;
     a device error shown with the short traceback leaves sys.last_value alone, so holders
     must still find the failed function's batch there, cells later, and release must free it."""
-    from torchdevice_magic.shell.session import get_session
+    from torchdevice_magic.shell import get_session
 
     run(ip, "import torch, weakref\nmodel = torch.nn.Linear(64, 8).to('meta')\nrefs = []")
     run(
@@ -768,8 +768,8 @@ def test_a_device_error_traceback_kept_for_debug_is_a_holder_after_later_cells(i
     run(ip, "y = 2")
     assert ip.user_ns["refs"][0]() is not None  # IPython still keeps the frames
     session = get_session(ip)
-    holder = next(h for h in session.holders() if h.kind == "traceback")
+    holder = next(h for h in session.app.holders() if h.kind == "traceback")
     assert "train() local 'batch'" in holder.where and holder.bytes >= 512 * 64 * F32
     assert holder.release() >= holder.bytes
     assert ip.user_ns["refs"][0]() is None  # the batch is freed
-    assert all(h.kind != "traceback" for h in session.holders())
+    assert all(h.kind != "traceback" for h in session.app.holders())

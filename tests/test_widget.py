@@ -23,7 +23,7 @@ from torch import nn
 
 import torchdevice_magic.moves as moves
 from torchdevice_magic.names import is_ipython_bookkeeping
-from torchdevice_magic.shell.session import load
+from torchdevice_magic.shell import load
 from torchdevice_magic.shell.widget import DeviceTable
 from torchdevice_magic.viewmodel import Target
 
@@ -57,13 +57,13 @@ def session(ip: Any) -> Iterator[Any]:
     session.config.allow_meta_target = False
     session.config.include_hidden = False
     session.config.default_device = ""
-    session.undo_stack.clear()
-    session.last_undoable = True
-    session.full_scan()
+    session.app.undo_stack.clear()
+    session.app.last_undoable = True
+    session.app.full_scan()
     yield session
     session.config.allow_meta_target = False
-    session.undo_stack.clear()
-    session.last_action = None
+    session.app.undo_stack.clear()
+    session.app.last_action = None
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def make_table(session: Any) -> Iterator[Callable[..., DeviceTable]]:
     made: list[DeviceTable] = []
 
     def make(**kwargs: Any) -> DeviceTable:
-        table = DeviceTable(session, **kwargs)
+        table = DeviceTable(session.app, **kwargs)
         made.append(table)
         return table
 
@@ -365,12 +365,12 @@ def test_a_target_that_disappeared_since_rendering_is_not_moved_to(
     table = make_table()
     table.target_dropdown.value = "meta"
     # the dropdown still shows meta, but by the time of the click it is no longer enabled
-    monkeypatch.setattr(type(session), "targets", lambda self: [Target("cpu", True, "")])
+    monkeypatch.setattr(type(session.app), "targets", lambda self: [Target("cpu", True, "")])
     table.move_all_button.click()
     table.row_buttons["x"].click()
     assert ip.user_ns["x"].device.type == "cpu"
     assert is_error(table) and "meta is not an available target" in status_text(table)
-    assert session.undo_stack == []
+    assert session.app.undo_stack == []
 
 
 # --------------------------------------------------------------------------------------------
@@ -442,11 +442,11 @@ def test_any_exception_from_the_session_becomes_a_status_line(
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("kaboom <script>")
 
-    monkeypatch.setattr(session, "move", broken)
+    monkeypatch.setattr(session.app, "move", broken)
     table.move_all_button.click()
     assert table.status.value.endswith("RuntimeError: kaboom &lt;script&gt;</span>")
     assert is_error(table)
-    monkeypatch.setattr(session, "full_scan", broken)
+    monkeypatch.setattr(session.app, "full_scan", broken)
     table.refresh_button.click()
     assert "RuntimeError: kaboom &lt;script&gt;" in table.status.value
     assert not table.refresh_button.disabled and not table.move_all_button.disabled
@@ -644,7 +644,7 @@ def test_without_torch_objects_the_table_says_so(
 
 def test_close_closes_every_widget_it_made(ip: Any, small: dict[str, Any], session: Any) -> None:
     before = len(widget_module._instances)
-    table = DeviceTable(session)
+    table = DeviceTable(session.app)
     assert len(widget_module._instances) > before
     table.close()
     assert len(widget_module._instances) == before

@@ -44,6 +44,7 @@ from typing import Any
 
 from .. import objects
 from ..devices import DeviceError, best_device
+from .plan import plan_move
 from .result import MovedItem, MoveError, MoveResult, ProgressCallback
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "available_devices",
     "best_device",
     "move",
+    "plan_move",
     "resolve_device",
 ]
 

@@ -1,34 +1,44 @@
 """The one-click fix under a diagnosis: "Move x to cuda:0 and re-run".
 
-A thin ipywidgets layer over the session: the move goes through the session's move engine (all
-or nothing, undoable, the same planner as every other move), then the session asks the notebook
-to run the failing cell again over the sidebar's comm. Without the labextension (VS Code,
+A thin ipywidgets layer over the controller: the move goes through
+:meth:`torchdevice_magic.app.DeviceController.move` (all or nothing, undoable, the same planner
+as every other move), then ``rerun(cell_id)`` asks the notebook to run the failing cell again
+over the sidebar's comm. Without the labextension (VS Code,
 classic Notebook, nbconvert) the button moves and says "moved: re-run the cell".
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
+
+from ..app import DeviceController
 
 log = logging.getLogger("torchdevice_magic")
 
 
-def fix_button(session: Any, action: Any, cell_id: str | None) -> Any:
+Rerun = Callable[[str | None], bool]
+
+
+def fix_button(app: DeviceController, action: Any, cell_id: str | None, rerun: Rerun) -> Any:
     """The button (in a box with a status line), or None when the move engine would refuse the
     move or ipywidgets is missing: only a fix the planner accepts is offered."""
-    if session.can_move(action.device, action.names) is not None:
+    if app.can_move(action.device, action.names) is not None:
         return None
     try:
         import ipywidgets as widgets
     except Exception:
         return None
-    return FixButton(session, action, cell_id, widgets).box
+    return FixButton(app, action, cell_id, rerun, widgets).box
 
 
 class FixButton:
-    def __init__(self, session: Any, action: Any, cell_id: str | None, widgets: Any) -> None:
-        self.session = session
+    def __init__(
+        self, app: DeviceController, action: Any, cell_id: str | None, rerun: Rerun, widgets: Any
+    ) -> None:
+        self.app = app
+        self.rerun = rerun
         self.action = action
         self.cell_id = cell_id
         self.moved: Any = None
@@ -57,7 +67,7 @@ class FixButton:
 
     def _move(self) -> None:
         try:
-            result = self.session.move(self.action.device, list(self.action.names))
+            result = self.app.move(self.action.device, list(self.action.names))
         except ValueError as error:  # MoveError (a ValueError): refused before anything moved
             self.status.value = _escape(f"not moved: {error}")
             return
@@ -65,7 +75,7 @@ class FixButton:
             self.status.value = _escape(result.summary())
             return
         self.moved = result
-        if self.session.request_rerun(self.cell_id):
+        if self.rerun(self.cell_id):
             self.status.value = _escape(f"{result.summary()}; re-running the cell")
         else:
             self.status.value = _escape(f"moved: re-run the cell ({result.summary()})")
@@ -76,11 +86,11 @@ class FixButton:
             self.button.disabled = True
 
     def _undo(self) -> None:
-        stack = self.session.undo_stack
+        stack = self.app.undo_stack
         if not stack or stack[-1] is not self.moved:
             self.status.value = "another move came after this one: undo that first"
             return
-        result = self.session.undo()
+        result = self.app.undo()
         self.status.value = _escape(result.summary())
         if result.ok:
             self.button.disabled = True
