@@ -1,6 +1,6 @@
 """Issue 12 figures: what the sidebar costs per cell, and opening it.
 
-With the sidebar's comm open (a stand-in comm in-process, as tests/test_comm.py does), a cell
+With the sidebar's comm open (a stand-in comm in-process, as tests/shell/test_comm.py does), a cell
 that rebinds one name in a namespace of N top-level tensors, against the same cell with the
 extension not loaded, in the same run (interleaved rounds, garbage collector off):
 
