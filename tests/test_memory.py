@@ -716,9 +716,12 @@ def test_the_timeline_s_incremental_union_equals_a_fresh_count_after_every_kind_
         }, index
 
 
-def test_a_device_error_s_frames_are_a_holder_though_sys_last_value_is_not_set(ip):
-    """The diagnosis shows a short traceback without touching sys.last_value; the failed
-    function's batch is still held (by IPython's last execution result) and is listed."""
+def test_a_diagnosed_device_error_is_kept_where_debug_and_holders_find_it(ip):
+    """The diagnosis shows a short traceback and keeps the error where IPython's own
+    traceback would (sys.last_value, for %debug); the failed function's batch is listed by
+    the magic and the API alike, and released."""
+    import torchdevice_magic as tdm
+
     saved = (
         (sys.last_type, sys.last_value, sys.last_traceback) if hasattr(sys, "last_value") else None
     )
@@ -737,11 +740,12 @@ def test_a_device_error_s_frames_are_a_holder_though_sys_last_value_is_not_set(i
         result, _, shown = run(ip, "train()")
         assert "is not on the expected device" in str(result.error_in_exec)
         assert "Device mismatch" in shown  # the device diagnosis was shown
-        assert sys.last_value is None  # the short-traceback path leaves it alone
-        # IPython keeps the failed cell's result (and so its frames) until the next cell ends
+        assert sys.last_value is result.error_in_exec  # where %debug and %tb look
+        api = [(h.where, h.bytes) for h in tdm.holders(ip.user_ns)]
         _, printed, _ = run(
             ip, "found = %devices --holders -o\nprint(found)\nprint('freed', found[0].release())"
         )
+        assert api == [("last error (RuntimeError): train() local 'batch'", 65536)]
         assert "[0] last error (RuntimeError): train() local 'batch': 64.0 KiB on cpu" in printed
         assert "freed 65536" in printed
         assert ip.user_ns["refs"][0]() is None
@@ -751,9 +755,8 @@ def test_a_device_error_s_frames_are_a_holder_though_sys_last_value_is_not_set(i
 
 
 def test_a_device_error_traceback_kept_for_debug_is_a_holder_after_later_cells(ip):
-    """IPython keeps the last traceback for %debug (InteractiveTB.tb) after the cell is over;
-    a device error shown with the short traceback leaves sys.last_value alone, so holders
-    must still find the failed function's batch there, cells later, and release must free it."""
+    """IPython keeps the last traceback for %debug after the cell is over; holders must still
+    find the failed function's batch there, cells later, and release must free it."""
     from torchdevice_magic.shell import get_session
 
     run(ip, "import torch, weakref\nmodel = torch.nn.Linear(64, 8).to('meta')\nrefs = []")

@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from . import protocol, viewmodel
-from .memory import ErrorGetter, HolderList, Timeline, device_figures
+from .memory import HolderList, Timeline, device_figures, follow, shell_references
 from .scan import Inventory, Scanner, orphan_warning
 
 log = logging.getLogger("torchdevice_magic")
@@ -68,9 +68,9 @@ class DeviceController:
     """Scan, move/undo history, targets, header, memory and listeners for one namespace.
 
     ``parse_cell(source)``: the cell's parse (the shell's own transforms turn magics into
-    code first); ``cell_number()``: the ``[n]`` of the cell running now, where there is one;
-    ``last_error()``: the last failing cell's exception, where the front end keeps it;
-    ``output_refs(value)``: drops what the front end keeps of a released ``Out`` entry.
+    code first); ``cell_number()``: the ``[n]`` of the cell running now, where there is one.
+    What a shell keeps besides the namespace (outputs, the last error) is found from the
+    namespace itself (:mod:`torchdevice_magic.memory.interactive`).
     """
 
     def __init__(
@@ -80,15 +80,11 @@ class DeviceController:
         *,
         parse_cell: CellParser = _parse_plain,
         cell_number: Callable[[], int | None] = lambda: None,
-        last_error: ErrorGetter | None = None,
-        output_refs: Callable[[Any], None] | None = None,
     ) -> None:
         self.namespace = namespace
         self.settings: Settings = settings if settings is not None else PlainSettings()
         self.parse_cell = parse_cell
         self.cell_number = cell_number
-        self.last_error = last_error
-        self.output_refs = output_refs
         #: the incremental scan state; ``inventory`` is its latest (immutable) result
         self.scanner = Scanner()
         self.inventory: Inventory | None = None
@@ -100,7 +96,10 @@ class DeviceController:
         self.actions = 0
         #: False after a move to meta (which cannot be undone and cleared the history)
         self.last_undoable = True
-        self.timeline = Timeline(last_error=last_error)
+        # the error a shell keeps, asked after every cell (found once, here)
+        self.timeline = Timeline(last_error=shell_references(namespace)[1])
+        #: holders(namespace) names second names from this timeline too, as long as it lives
+        self._following = follow(namespace, self.timeline.forgotten)
         self._views: weakref.WeakSet[Any] = weakref.WeakSet()
         self._listeners: list[Listener] = []
         self._warned: set[tuple[Any, ...]] = set()
@@ -326,31 +325,17 @@ class DeviceController:
         return list(warnings)
 
     def holders(self, device: str | None = None) -> HolderList:
-        """What keeps tensor memory alive outside the named variables (a fresh full scan)."""
+        """What keeps tensor memory alive outside the named variables (a fresh full scan):
+        :func:`torchdevice_magic.holders` of the namespace, the same call a user makes."""
         from .memory import holders
 
-        inventory = self.full_scan()
-        found = holders(
-            self.namespace,
-            device,
-            inventory=inventory,
-            forgotten=self.timeline.forgotten,
-            output_refs=self.output_refs,
-            last_error=self.last_error,
-        )
-        return HolderList(found)
+        return HolderList(holders(self.namespace, device, inventory=self.full_scan()))
 
     def explain_oom(self, error: BaseException) -> Any:
         """An out-of-memory error in the user's names (None for other errors)."""
         from .memory import explain_oom
 
-        return explain_oom(
-            error,
-            self.namespace,
-            inventory=self.inventory,
-            forgotten=self.timeline.forgotten,
-            last_error=self.last_error,
-        )
+        return explain_oom(error, self.namespace, inventory=self.inventory)
 
     def timeline_message(self) -> dict[str, Any] | None:
         """The sidebar's ``timeline`` message (None before any cell was recorded)."""

@@ -37,8 +37,6 @@ class DeviceSession:
             self.config,
             parse_cell=self.parse_cell,
             cell_number=self.cell_number,
-            last_error=self._last_cell_error,
-            output_refs=self._drop_output_refs,
         )
         self._hook_failed = False
         self.suppress_auto_diagnosis = 0
@@ -54,9 +52,6 @@ class DeviceSession:
         self.running: Any = None
         #: the error the custom exception handler already explained (not explained twice)
         self._explained: BaseException | None = None
-        #: the last error the exception handler showed (a holder of memory while IPython keeps
-        #: its traceback for %debug)
-        self._last_handled_error: BaseException | None = None
         self._previous_custom_exc: tuple[Any, Any] | None = None
         #: the sidebar's comm channel (set by the extension)
         self.channel: SidebarChannel | None = None
@@ -183,45 +178,6 @@ class DeviceSession:
     def publish(self, data: dict[str, Any], metadata: dict[str, Any] | None = None) -> None:
         self.shell.display_pub.publish(data=data, metadata=metadata or {})
 
-    # -- what IPython keeps of the last error ---------------------------------------------------
-    def _last_cell_error(self) -> BaseException | None:
-        """The last failing cell's exception while IPython keeps it (until the next cell
-        ends): a device error shown with the short traceback leaves ``sys.last_value`` as it
-        was, yet its frames still hold the failed function's locals."""
-        result = getattr(self.shell, "last_execution_result", None)
-        error = getattr(result, "error_in_exec", None)
-        if isinstance(error, BaseException):
-            return error
-        # After later cells, IPython still keeps the last traceback for %debug
-        # (InteractiveTB.tb); its frames hold the failed function's locals as long as it does.
-        kept = self._last_handled_error
-        kept_tb = getattr(getattr(self.shell, "InteractiveTB", None), "tb", None)
-        if kept is None or kept_tb is None:
-            return None
-        tb, steps = kept.__traceback__, 0
-        while tb is not None and steps < 10_000:
-            if tb is kept_tb:
-                return kept
-            tb, steps = tb.tb_next, steps + 1
-        self._last_handled_error = None  # IPython moved on: do not keep it alive ourselves
-        return None
-
-    def _drop_output_refs(self, value: Any) -> None:
-        """A released ``Out`` entry is also kept by IPython's displayhook (its ``_``/``__``/
-        ``___``), by ``user_ns_hidden`` and by the last execution result: drop those too."""
-        shell = self.shell
-        hook = getattr(shell, "displayhook", None)
-        for attribute in ("_", "__", "___"):
-            if getattr(hook, attribute, None) is value:
-                setattr(hook, attribute, "")
-        hidden = getattr(shell, "user_ns_hidden", None)
-        if isinstance(hidden, dict):
-            for name in [n for n, v in hidden.items() if v is value]:
-                del hidden[name]
-        last = getattr(shell, "last_execution_result", None)
-        if last is not None and getattr(last, "result", None) is value:
-            last.result = None
-
     # -- device errors: the diagnosis first, then a short traceback ------------------------------
     def install_exception_handler(self) -> None:
         shell = self.shell
@@ -249,8 +205,6 @@ class DeviceSession:
         self, shell: Any, etype: Any, value: Any, tb: Any, tb_offset: Any = None
     ) -> None:
         """IPython's custom exception handler (called for every error a cell raises)."""
-        # held only as long as IPython keeps the same traceback (see _last_cell_error)
-        self._last_handled_error = value if isinstance(value, BaseException) else None
         previous = self._previous_custom_exc
         if previous and previous[0] and isinstance(value, previous[0]) and previous[1]:
             return previous[1](etype, value, tb, tb_offset)  # another extension's handler
@@ -280,6 +234,7 @@ class DeviceSession:
         if diagnosis is None or self.config.show_full_traceback:
             shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
             return None
+        keep_for_debugging(etype, value, tb)
         stb = short_traceback(shell, etype, value, tb, tb_offset)
         shell._showtraceback(etype, value, stb)
         return None
@@ -287,6 +242,15 @@ class DeviceSession:
     def _config_changed(self, change: dict[str, Any]) -> None:
         if change.get("name") in {"allow_meta_target", "include_hidden", "default_device"}:
             self.app.settings_changed()
+
+
+def keep_for_debugging(etype: Any, value: Any, tb: Any) -> None:
+    """Keep the error where ``%debug``, ``%tb`` and the holders look for it, as IPython's own
+    ``showtraceback`` does (a custom handler's error is otherwise kept nowhere but the last
+    execution result, so ``%debug`` finds nothing and ``holders()`` misses its frames)."""
+    sys.last_type, sys.last_value, sys.last_traceback = etype, value, tb
+    if sys.version_info >= (3, 12):
+        sys.last_exc = value
 
 
 def cell_names(cell: str, shell: Any = None) -> tuple[str, ...]:
