@@ -364,6 +364,31 @@ class DeviceController:
         return found
 
 
+class ControllerGone(RuntimeError):
+    """The controller a view was made for is gone: the extension was unloaded."""
+
+
+class WeakController:
+    """A view's handle on its controller that does not keep it alive: a table or a fix button
+    shown in a notebook outlives ``%unload_ext`` (the front end keeps the widget), and must not
+    keep the controller, its scans and its history alive with it. Calling it gives the
+    controller, or raises :class:`ControllerGone`."""
+
+    __slots__ = ("_ref",)
+
+    def __init__(self, controller: DeviceController) -> None:
+        self._ref = weakref.ref(controller)
+
+    def __call__(self) -> DeviceController:
+        controller = self._ref()
+        if controller is None:
+            raise ControllerGone(
+                "torchdevice_magic was unloaded from this kernel "
+                "(%load_ext torchdevice_magic, then show it again)"
+            )
+        return controller
+
+
 def _outcome(action: str, ok: bool, message: str, skipped: Any = ()) -> dict[str, Any]:
     # "already on cpu" is what a move-all says of everything in place: not worth a line
     reasons = [(name, why) for name, why in skipped if not str(why).startswith("already on")]
@@ -417,4 +442,12 @@ def touches_only_data(
     return True
 
 
-__all__ = ["DeviceController", "PlainSettings", "Settings", "View", "touches_only_data"]
+__all__ = [
+    "ControllerGone",
+    "DeviceController",
+    "PlainSettings",
+    "Settings",
+    "View",
+    "WeakController",
+    "touches_only_data",
+]

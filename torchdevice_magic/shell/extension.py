@@ -58,7 +58,11 @@ def unload(shell: Any) -> None:
     for kind, names in MAGIC_NAMES.items():
         for name in names:
             shell.magics_manager.magics[kind].pop(name, None)
-    shell.magics_manager.registry.pop("DeviceMagics", None)
+    magics = shell.magics_manager.registry.pop("DeviceMagics", None)
+    # IPython's Magics.__init__ appends every magics object to the shell's configurables (for
+    # %config); left there, it would keep the session, and through it everything, alive
+    if magics is not None and magics in shell.configurables:
+        shell.configurables.remove(magics)
     if session.config in shell.configurables:
         shell.configurables.remove(session.config)
     if session.channel is not None:

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..app import DeviceController
+from ..app import DeviceController, WeakController
 
 log = logging.getLogger("torchdevice_magic")
 
@@ -37,7 +37,8 @@ class FixButton:
     def __init__(
         self, app: DeviceController, action: Any, cell_id: str | None, rerun: Rerun, widgets: Any
     ) -> None:
-        self.app = app
+        #: held weakly: the button outlives %unload_ext in the notebook's output
+        self._app = WeakController(app)
         self.rerun = rerun
         self.action = action
         self.cell_id = cell_id
@@ -54,6 +55,10 @@ class FixButton:
         self.status.add_class("torchdevice-magic-fix-status")
         self.button.on_click(self._clicked)
         self.box = widgets.HBox([self.button, self.status])
+
+    @property
+    def app(self) -> DeviceController:
+        return self._app()
 
     def _clicked(self, _button: Any = None) -> None:
         try:

@@ -10,8 +10,10 @@ extension (:mod:`.extension`) makes one session per shell and takes all of it aw
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -152,7 +154,9 @@ class DeviceSession:
         if diagnosis.action is not None and getattr(self.shell, "kernel", None) is not None:
             from .fixbutton import fix_button
 
-            button = fix_button(self.app, diagnosis.action, cell_id, self.request_rerun)
+            # the button outlives %unload_ext in the output: it must not keep this session
+            rerun = functools.partial(_request_rerun, weakref.ref(self))
+            button = fix_button(self.app, diagnosis.action, cell_id, rerun)
             if button is not None:
                 self.show(button)
 
@@ -242,6 +246,11 @@ class DeviceSession:
     def _config_changed(self, change: dict[str, Any]) -> None:
         if change.get("name") in {"allow_meta_target", "include_hidden", "default_device"}:
             self.app.settings_changed()
+
+
+def _request_rerun(session: weakref.ref[DeviceSession], cell_id: str | None) -> bool:
+    alive = session()
+    return alive is not None and alive.request_rerun(cell_id)
 
 
 def keep_for_debugging(etype: Any, value: Any, tb: Any) -> None:

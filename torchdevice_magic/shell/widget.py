@@ -26,7 +26,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..app import DeviceController
+from ..app import DeviceController, WeakController
 from ..scan import scan
 from ..viewmodel import Header, LiveWindow, Row, WindowSpec
 from .tableparts import (
@@ -105,7 +105,9 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
         # never wider than the output area: the rows below shrink (and names wrap) instead of
         # the whole table overflowing out of sight in a narrow notebook
         super().__init__(layout=widgets.Layout(width="100%", min_width="0"))
-        self.app = app
+        #: held weakly: a table left in a notebook's output must not keep the extension alive
+        #: after %unload_ext (its buttons then say so)
+        self._app = WeakController(app)
         self.include_hidden = bool(include_hidden)
         self.page_size = max(1, int(page_size))
         self.page = 0
@@ -177,6 +179,11 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
         self._recompute()
 
     # -- what tests and callers read ----------------------------------------------------------
+    @property
+    def app(self) -> DeviceController:
+        """The controller (:class:`~torchdevice_magic.app.ControllerGone` once unloaded)."""
+        return self._app()
+
     @property
     def selected(self) -> list[str]:
         return list(self._selected)
