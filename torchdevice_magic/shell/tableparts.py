@@ -14,7 +14,7 @@ Why the rows are drawn the way they are:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from html import escape
 from typing import Any
 
@@ -23,8 +23,10 @@ from ipywidgets.widgets.widget_bool import CheckboxStyle
 from ipywidgets.widgets.widget_string import HTMLStyle
 
 from .. import viewmodel
+from ..app import DeviceController
+from ..scan import scan
 from ..units import format_bytes
-from ..viewmodel import Action, Header, Row
+from ..viewmodel import Action, Header, LiveWindow, Row, WindowSpec
 
 ERROR_STYLE = "color:#b91c1c"
 OK_STYLE = "color:#166534"
@@ -114,6 +116,34 @@ def column_widths(rows: tuple[Row, ...]) -> dict[str, int]:
 
 def error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
+
+
+def outcome_text(action: dict[str, Any] | None, result: Any) -> str:
+    """The status line after a successful move or undo: the controller's outcome message and
+    up to three of the names it skipped, with why."""
+    text = action["message"] if action else result.summary()
+    skipped = action.get("skipped", []) if action else []
+    if skipped:
+        shown = "; ".join(f"{s['name']}: {s['reason']}" for s in skipped[:3])
+        more = f" (+{len(skipped) - 3} more)" if len(skipped) > 3 else ""
+        text += " — skipped " + shown + more
+    return text
+
+
+def close_widgets(owned: Iterable[Any], children: Iterable[Any]) -> None:
+    """Close ``owned`` and ``children`` with everything below them, and their Layout and Style
+    models (ipywidgets keeps each open widget alive until it is closed)."""
+    found = list(owned)
+    stack = list(children)
+    while stack:
+        widget = stack.pop()
+        found.append(widget)
+        stack.extend(getattr(widget, "children", ()))
+    for widget in found:
+        for part in (getattr(widget, "layout", None), getattr(widget, "style", None)):
+            if isinstance(part, widgets.Widget):
+                part.close()
+        widget.close()
 
 
 def set_button(button: widgets.Button, action: Action, busy: bool = False) -> None:
@@ -377,14 +407,90 @@ class TableControls:
         set_button(self.refresh_button, header.refresh, busy)
 
 
+class TableWindow:
+    """What one table shows of the view model, without a widget: its live window (one page),
+    the page, the header, the inventory it was computed from and the checked rows."""
+
+    def __init__(self, page_size: int, include_hidden: bool) -> None:
+        self.page_size = max(1, int(page_size))
+        self.page = 0
+        self.include_hidden = include_hidden
+        self.live = LiveWindow(WindowSpec(limit=self.page_size))
+        self.header: Header | None = None
+        self.inventory: Any = None
+        #: row name -> the top-level name it moves (kept across pages and refreshes)
+        self.selected: dict[str, str] = {}
+
+    def rows(self) -> tuple[Row, ...]:
+        window = self.live.window
+        return window.rows if window is not None else ()
+
+    def spec(self, sort: str, filter_text: str, target: str | None) -> WindowSpec:
+        offset = self.page * self.page_size
+        return WindowSpec(
+            sort=sort, filter=filter_text, offset=offset, limit=self.page_size, target=target
+        )
+
+    def take(self, app: DeviceController, sort: str, filter_text: str, wanted: str | None) -> None:
+        """Take the namespace as it is now into the window (the target ``wanted`` while it is
+        enabled); a page that is gone falls back to the last one; checked rows that no longer
+        list a movable name are unchecked."""
+        inventory = app.current_inventory()
+        if self.include_hidden and inventory.torch_imported and not inventory.include_hidden:
+            inventory = scan(app.namespace, include_hidden=True, previous=inventory)
+        self.inventory = inventory
+        target = app.choose_target(wanted)
+        live = self.live
+        if live.window is None or live.target != target:
+            live.reset(inventory, self.spec(sort, filter_text, wanted), target)
+        else:
+            live.update(inventory)
+        self.header = app.header(wanted, inventory=inventory, counts=live.counts)
+        window = live.window
+        if window is not None and self.page and self.page * self.page_size >= window.matching:
+            # the page it was on is gone: back to the last page there is
+            self.page = max(0, (window.matching - 1) // self.page_size)
+            live.reset(inventory, self.spec(sort, filter_text, wanted), self.header.target)
+        for name, root in list(self.selected.items()):
+            # a checked row stays checked while its name still lists it, movable
+            if not any(
+                r.name == name and r.movable and not r.hidden for r in inventory.records_of(root)
+            ):
+                del self.selected[name]
+
+    def rewindow(
+        self, app: DeviceController, sort: str, filter_text: str, wanted: str | None
+    ) -> None:
+        """Sort, filter, page or target changed: a fresh window of the same namespace."""
+        inventory = self.inventory
+        target = app.choose_target(wanted)
+        spec = self.spec(sort, filter_text, wanted)
+        self.live.reset(inventory if inventory is not None else [], spec, target)
+        self.header = app.header(wanted, inventory=inventory, counts=self.live.counts)
+
+    def turn(self, pages: int) -> bool:
+        """Go ``pages`` pages on (back, if negative) where there is such a page."""
+        window = self.live.window
+        page = self.page + pages
+        if page < 0:
+            return False
+        if pages > 0 and (window is None or page * self.page_size >= window.matching):
+            return False
+        self.page = page
+        return True
+
+
 __all__ = [
     "DeviceTotals",
     "MoveProgress",
     "RowPool",
     "TableControls",
+    "TableWindow",
     "SORT_OPTIONS",
+    "close_widgets",
     "column_widths",
     "error_text",
+    "outcome_text",
     "row_html",
     "set_button",
 ]

@@ -27,8 +27,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..app import DeviceController, WeakController
-from ..scan import scan
-from ..viewmodel import Header, LiveWindow, Row, WindowSpec
+from ..viewmodel import Header, Row
 from .tableparts import (
     ERROR_STYLE,
     MUTED_STYLE,
@@ -37,7 +36,10 @@ from .tableparts import (
     MoveProgress,
     RowPool,
     TableControls,
+    TableWindow,
+    close_widgets,
     error_text,
+    outcome_text,
 )
 
 
@@ -108,20 +110,16 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
         #: held weakly: a table left in a notebook's output must not keep the extension alive
         #: after %unload_ext (its buttons then say so)
         self._app = WeakController(app)
-        self.include_hidden = bool(include_hidden)
-        self.page_size = max(1, int(page_size))
-        self.page = 0
+        self._view = view = TableWindow(page_size, bool(include_hidden))
+        self.include_hidden = view.include_hidden
+        self.page_size = view.page_size
         self.live = bool(live)
         self.as_of = as_of
         self.row_checkboxes: dict[str, widgets.Checkbox] = {}
         self.row_buttons: dict[str, widgets.Button] = {}
-        self._selected: dict[str, str] = {}  # row name -> the top-level name it moves
         self._busy = False
         self._syncing = False
         self._closed = False
-        self._window = LiveWindow(WindowSpec(limit=self.page_size))
-        self._header: Header | None = None
-        self._inventory: Any = None
 
         self.stamp = widgets.HTML()
         self._totals = DeviceTotals()
@@ -186,18 +184,21 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
 
     @property
     def selected(self) -> list[str]:
-        return list(self._selected)
+        return list(self._view.selected)
+
+    @property
+    def page(self) -> int:
+        return self._view.page
 
     def rows(self) -> list[Row]:
-        window = self._window.window
-        return list(window.rows) if window is not None else []
+        return list(self._view.rows())
 
     def rendered_rows(self) -> list[tuple[str, ...]]:
         return [row.cells() for row in self.rows()]
 
     @property
     def header(self) -> Header | None:
-        return self._header
+        return self._view.header
 
     # -- the view model --------------------------------------------------------------------------
     def refresh(self, app: Any = None) -> None:
@@ -207,62 +208,25 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
             return
         self._recompute()
 
-    def _current_inventory(self) -> Any:
-        app = self.app
-        inventory = app.current_inventory()
-        if self.include_hidden and inventory.torch_imported and not inventory.include_hidden:
-            inventory = scan(app.namespace, include_hidden=True, previous=inventory)
-        return inventory
-
-    def _spec(self) -> WindowSpec:
-        return WindowSpec(
-            sort=self.sort_dropdown.value,
-            filter=self.filter_text.value,
-            offset=self.page * self.page_size,
-            limit=self.page_size,
-            target=self.target_dropdown.value,
-        )
-
-    def _recompute(self, reason: str = "", reset: bool = False) -> None:
+    def _recompute(self, reason: str = "") -> None:
         """Take the namespace as it is now into the view model, then draw."""
-        inventory = self._current_inventory()
-        self._inventory = inventory
-        wanted = self.target_dropdown.value
-        target = self.app.choose_target(wanted)
-        live = self._window
-        if reset or live.window is None or live.target != target:
-            live.reset(inventory, self._spec(), target)
-        else:
-            live.update(inventory)
-        self._header = self.app.header(wanted, inventory=inventory, counts=live.counts)
+        self._view.take(
+            self.app, self.sort_dropdown.value, self.filter_text.value, self.target_dropdown.value
+        )
         if reason and not self.live:
             self._stamp_text = f"as of [{self.as_of}]; {reason}" if self.as_of else reason
-        window = live.window
-        if window is not None and self.page and self.page * self.page_size >= window.matching:
-            # the page it was on is gone: back to the last page there is
-            self.page = max(0, (window.matching - 1) // self.page_size)
-            live.reset(inventory, self._spec(), self._header.target)
-        for name, root in list(self._selected.items()):
-            # a checked row stays checked while its name still lists it, movable
-            if not any(
-                r.name == name and r.movable and not r.hidden for r in inventory.records_of(root)
-            ):
-                del self._selected[name]
         self._draw()
 
     def _rewindow(self) -> None:
         """Sort, filter, page or target changed: a fresh window of the same namespace."""
-        inventory = self._inventory
-        target = self.app.choose_target(self.target_dropdown.value)
-        self._window.reset(inventory if inventory is not None else [], self._spec(), target)
-        self._header = self.app.header(
-            self.target_dropdown.value, inventory=inventory, counts=self._window.counts
+        self._view.rewindow(
+            self.app, self.sort_dropdown.value, self.filter_text.value, self.target_dropdown.value
         )
         self._draw()
 
     # -- drawing ---------------------------------------------------------------------------------
     def _draw(self) -> None:
-        header = self._header
+        header = self._view.header
         if header is None:
             return
         stamp = self._stamp_text
@@ -284,29 +248,27 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
             self._syncing = False
 
     def _draw_page(self) -> None:
-        window = self._window.window
-        rows = window.rows if window is not None else ()
+        view = self._view
+        window, rows = view.live.window, view.rows()
         self._syncing = True
         try:
-            self.row_checkboxes, self.row_buttons = self._rows.draw(
-                rows, self._selected, self._busy
-            )
+            self.row_checkboxes, self.row_buttons = self._rows.draw(rows, view.selected, self._busy)
         finally:
             self._syncing = False
         self._controls.draw_pager(
-            self.page * self.page_size,
+            view.page * view.page_size,
             len(rows),
-            self.page_size,
+            view.page_size,
             window.matching if window is not None else 0,
             window.total if window is not None else 0,
         )
 
     def _draw_buttons(self) -> None:
-        header = self._header
+        header = self._view.header
         if header is None:
             return
         busy = self._busy
-        self._controls.draw_buttons(header, list(self._selected), busy)
+        self._controls.draw_buttons(header, list(self._view.selected), busy)
         if busy:
             for button in self.row_buttons.values():
                 button.disabled = True
@@ -334,8 +296,9 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
         self._show_result(result)
         if result.ok:
             moved = {item.name for item in result.moved}
-            for name in [n for n, root in self._selected.items() if root in moved]:
-                del self._selected[name]
+            selected = self._view.selected
+            for name in [n for n, root in selected.items() if root in moved]:
+                del selected[name]
         self._recompute(reason=f"then moved by its button (kernel at [{self._execution_count()}])")
 
     def _show_result(self, result: Any) -> None:
@@ -344,14 +307,7 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
             self._set_status(result.summary(), error=True)
             return
         self._progress.end(True)
-        action = self.app.last_action
-        text = action["message"] if action else result.summary()
-        skipped = action.get("skipped", []) if action else []
-        if skipped:
-            shown = "; ".join(f"{s['name']}: {s['reason']}" for s in skipped[:3])
-            more = f" (+{len(skipped) - 3} more)" if len(skipped) > 3 else ""
-            text += " — skipped " + shown + more
-        self._set_status(text, error=False)
+        self._set_status(outcome_text(self.app.last_action, result), error=False)
 
     @_guarded
     def _on_move_all(self, _button: Any = None) -> None:
@@ -359,7 +315,7 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
 
     @_guarded
     def _on_move_selected(self, _button: Any = None) -> None:
-        names = list(dict.fromkeys(self._selected.values()))
+        names = list(dict.fromkeys(self._view.selected.values()))
         if not names:
             self._set_status("nothing selected", error=True)
             return
@@ -394,15 +350,12 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
 
     @_guarded
     def _on_prev(self, _button: Any = None) -> None:
-        if self.page > 0:
-            self.page -= 1
+        if self._view.turn(-1):
             self._rewindow()
 
     @_guarded
     def _on_next(self, _button: Any = None) -> None:
-        window = self._window.window
-        if window is not None and (self.page + 1) * self.page_size < window.matching:
-            self.page += 1
+        if self._view.turn(1):
             self._rewindow()
 
     def _on_check(self, index: int, change: dict[str, Any]) -> None:
@@ -411,9 +364,9 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
             return
         row = rows[index]
         if change["new"] and row.selectable:
-            self._selected[row.name] = row.root
+            self._view.selected[row.name] = row.root
         else:
-            self._selected.pop(row.name, None)
+            self._view.selected.pop(row.name, None)
         self._draw_buttons()
 
     def _on_change(self) -> None:
@@ -428,27 +381,17 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
         self._on_change()
 
     def _on_sort(self, change: dict[str, Any]) -> None:
-        self.page = 0
+        self._view.page = 0
         self._on_change()
 
     def _on_filter(self, change: dict[str, Any]) -> None:
-        self.page = 0
+        self._view.page = 0
         self._on_change()
 
     def close(self) -> None:
         """Close every widget this table made, pooled rows and their Layout/Style models
         included (ipywidgets keeps each open widget alive until it is closed)."""
-        owned: list[Any] = [*self._rows.owned(), *self._totals.owned()]
-        stack = list(self.children)
-        while stack:
-            widget = stack.pop()
-            owned.append(widget)
-            stack.extend(getattr(widget, "children", ()))
-        for widget in owned:
-            for part in (getattr(widget, "layout", None), getattr(widget, "style", None)):
-                if isinstance(part, widgets.Widget):
-                    part.close()
-            widget.close()
+        close_widgets([*self._rows.owned(), *self._totals.owned()], self.children)
         self._closed = True
         self.layout.close()
         super().close()
