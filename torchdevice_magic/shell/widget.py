@@ -188,7 +188,12 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
 
     @property
     def page(self) -> int:
+        """The page shown (0-based)."""
         return self._view.page
+
+    @page.setter
+    def page(self, page: int) -> None:
+        self._view.page = max(0, int(page))
 
     def rows(self) -> list[Row]:
         return list(self._view.rows())
