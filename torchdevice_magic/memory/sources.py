@@ -55,9 +55,9 @@ def _last_exception() -> BaseException | None:
 
 
 def _last_errors(getter: ErrorGetter | None = None) -> list[BaseException]:
-    """The errors whose tracebacks may still be held: the one ``getter`` names (the session
-    passes the last cell's, which IPython keeps until the next cell ends even where
-    ``sys.last_value`` is not set) and ``sys.last_exc`` / ``sys.last_value``."""
+    """The errors whose tracebacks may still be held: the one ``getter`` names (for a shell's
+    namespace, the one its last execution result keeps: :mod:`.interactive`) and
+    ``sys.last_exc`` / ``sys.last_value``."""
     found: list[BaseException] = []
     if getter is not None:
         try:

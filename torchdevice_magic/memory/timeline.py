@@ -102,7 +102,7 @@ class Timeline:
     touched (its names, a new ``Out`` entry, a new error), so a plain cell costs a dict merge."""
 
     def __init__(self, limit: int = 2000, last_error: ErrorGetter | None = None) -> None:
-        #: the last failing cell's exception, where sys.last_value may not name it
+        #: the last failing cell's exception as the shell keeps it (besides sys.last_value)
         self.last_error = last_error
         self.rows: list[CellMemory] = []
         self.limit = limit
