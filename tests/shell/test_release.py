@@ -164,3 +164,22 @@ def test_a_released_output_leaves_nothing_in_ipython(shell):
     assert ns["_"] == shell.displayhook._ == ""  # what IPython starts them with
     gc.collect()
     assert shell.user_ns["refs"][0]() is None
+
+
+def test_after_train_fails_the_api_and_the_magic_name_train_s_batch(shell):
+    """A model made on meta inside train(), the batch on the cpu: torch's wrappers hold the
+    batch with the meta weights beside it, which hold no memory; the holder is named by
+    train()'s own local."""
+    run(
+        shell,
+        "def train():\n"
+        "    model = torch.nn.Linear(64, 8).to('meta')\n"
+        "    batch_x = torch.randn(256, 64)\n"
+        "    refs.append(weakref.ref(batch_x))\n"
+        "    return model(batch_x)\n",
+    )
+    run(shell, "train()")
+    run(shell, "later = 1")
+    api = [h.where for h in tdm.holders(shell.user_ns)]
+    assert api and api[0].startswith("last error (RuntimeError): train() local 'batch_x'")
+    assert [h.line() for h in tdm.holders(shell.user_ns)] == listed(shell)
