@@ -154,16 +154,20 @@ def test_a_released_output_leaves_nothing_in_ipython(shell):
     """Every place IPython keeps a displayed value: none keeps it after the release."""
     label = display_a_tensor(shell, 0)
     number = int(label[4:-1])
-    value = shell.user_ns["Out"][number]
-    assert shell.user_ns_hidden.get(f"_{number}") is value  # push(..., interactive=False)
+    ns, hidden, hook = shell.user_ns, shell.user_ns_hidden, shell.displayhook
+    value = ns["Out"][number]
+    assert hidden.get(f"_{number}") is value  # push(..., interactive=False)
+    unders = ("_", "__", "___")
+    in_namespace = [u for u in unders if ns.get(u) is value]
+    in_hook = [u for u in unders if getattr(hook, u) is value]
+    assert in_hook  # the display hook keeps it as _ (and the namespace too, unless shadowed)
     del value
-    holder = next(h for h in tdm.holders(shell.user_ns) if h.where.startswith(label))
+    holder = next(h for h in tdm.holders(ns) if h.where.startswith(label))
     holder.release()
-    ns, hidden = shell.user_ns, shell.user_ns_hidden
     assert number not in ns["Out"] and f"_{number}" not in ns and f"_{number}" not in hidden
-    assert ns["_"] == shell.displayhook._ == ""  # what IPython starts them with
+    assert all(ns[u] == "" for u in in_namespace) and all(getattr(hook, u) == "" for u in in_hook)
     gc.collect()
-    assert shell.user_ns["refs"][0]() is None
+    assert ns["refs"][0]() is None
 
 
 def test_after_train_fails_the_api_and_the_magic_name_train_s_batch(shell):
