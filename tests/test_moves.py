@@ -268,7 +268,7 @@ def test_importing_every_submodule_keeps_the_move_function() -> None:
         "import importlib, pkgutil, torch, torchdevice_magic as tdm\n"
         "for info in pkgutil.walk_packages(tdm.__path__, 'torchdevice_magic.'):\n"
         "    importlib.import_module(info.name)\n"
-        "import torchdevice_magic.moves, torchdevice_magic.moves.plan\n"
+        "import torchdevice_magic.moves, torchdevice_magic.moves.planner\n"
         "from torchdevice_magic import move\n"
         "ns = {'x': torch.ones(2)}\n"
         "first = tdm.move(ns, 'meta', ['x'])\n"
@@ -387,7 +387,7 @@ def test_torchscript_is_refused_before_anything_moves_on_a_device_with_data(
 def test_bulk_move_to_cuda_is_staged_pinned_with_one_synchronisation(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from torchdevice_magic.moves import transaction
+    from torchdevice_magic.moves import staging
 
     ns = {f"t{i}": torch.randn(1000 + i) for i in range(300)}
     ns["model"] = nn.Linear(64, 64)
@@ -396,9 +396,9 @@ def test_bulk_move_to_cuda_is_staged_pinned_with_one_synchronisation(
     real_sync = torch.cuda.synchronize
     monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: (syncs.append(d), real_sync(d)))
     staged: list[int] = []
-    real_to = transaction._Stager.to
+    real_to = staging.PinnedStager.to
     monkeypatch.setattr(
-        transaction._Stager, "to", lambda s, t: (staged.append(1), real_to(s, t))[1]
+        staging.PinnedStager, "to", lambda s, t: (staged.append(1), real_to(s, t))[1]
     )
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
@@ -622,9 +622,9 @@ def test_pinned_staging_packs_tensors_through_a_ring_of_buffers(
 ) -> None:
     """The staging arithmetic (alignment, buffer switches, waits, dtype views), run on the CPU
     with pageable buffers and fake events; the real thing is checked on CUDA below."""
-    from torchdevice_magic.moves import transaction
+    from torchdevice_magic.moves import staging
 
-    class CpuStager(transaction._Stager):
+    class CpuStager(staging.PinnedStager):
         CHUNK = 1024
 
     real_empty = torch.empty
@@ -656,19 +656,19 @@ def test_pinned_staging_packs_tensors_through_a_ring_of_buffers(
         assert copy.dtype == source.dtype and copy.shape == source.shape
         assert torch.equal(copy, source) and copy.untyped_storage() is not None
         assert copy.data_ptr() != source.data_ptr()
-    assert len(stager.bufs) == 2  # the ring, reused
+    assert len(stager.buffers) == 2  # the ring, reused
     assert _FakeEvent.log.count("record") >= 2 and "synchronize" in _FakeEvent.log
 
 
 def test_staging_falls_back_to_plain_copies_without_pinned_memory() -> None:
-    from torchdevice_magic.moves import transaction
+    from torchdevice_magic.moves import staging
 
-    copier = transaction.Copier(torch)
-    stager = transaction._Stager(torch, torch.device("cpu"))
+    copier = staging.Copier(torch)
+    stager = staging.PinnedStager(torch, torch.device("cpu"))
     copier.stagers[torch.device("cpu")] = stager
     if torch.cuda.is_available():
         pytest.skip("pinned memory exists here")
-    with pytest.raises(transaction._NoPinnedMemory):
+    with pytest.raises(staging.NoPinnedMemory):
         stager.to(torch.ones(3))  # a CPU-only build has no pinned memory
     assert not stager.usable and not stager.eligible(torch.ones(3))
 
@@ -698,17 +698,16 @@ def test_torchscript_in_place_moves_are_checked_and_rolled_back() -> None:
     """Where Parameters move in place (``param.data = ...``: cpu <-> cuda), a TorchScript
     module's tables (no ``.get``) are read, checked and restored like an eager module's;
     before, the check raised after the parameters moved and the rollback failed too."""
-    from torchdevice_magic.moves import plan as planning
-    from torchdevice_magic.moves import transaction
+    from torchdevice_magic.moves import jobs, plan_modules
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         scripted = torch.jit.script(nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)))
     params = list(scripted.parameters())
     values = [p.detach().clone() for p in params]
-    plan = planning.Plan({"s": scripted}, "cpu", explicit=True)
-    job = transaction.ModuleJob("s", scripted, torch.device("cpu"), None)
-    plan._record_module(job, scripted)
+    plan = jobs.Plan({"s": scripted}, "cpu", explicit=True)
+    job = jobs.ModuleJob("s", scripted, torch.device("cpu"), None)
+    plan_modules.record_module(plan, job, scripted)
     assert len(job.params) == 4 and len(job.buffers) == 3
     job.apply()  # the in-place path's identity check runs on the script module's tables
     for p in params:  # what module.to does between devices with compatible tensors

@@ -18,7 +18,7 @@ from torch import nn
 
 import torchdevice_magic.moves as moves
 from torchdevice_magic import devices as device_discovery
-from torchdevice_magic.moves import MovedItem, MoveError, MoveResult, move, transaction
+from torchdevice_magic.moves import MovedItem, MoveError, MoveResult, jobs, move
 from torchdevice_magic.units import format_bytes
 
 HAS_CUDA = torch.cuda.is_available()
@@ -672,7 +672,7 @@ def test_param_record_restores_in_place_moves() -> None:
     p = nn.Parameter(torch.randn(3))
     p.grad = torch.ones(3)
     grad, storage, grad_storage = p.grad, storage_id(p), storage_id(p.grad)
-    record = transaction.ParamRecord(p)
+    record = jobs.ParamRecord(p)
     p.data = torch.zeros(3)  # what module.to does for cpu <-> cuda
     p.grad.data = torch.zeros(3)
     record.restore()
