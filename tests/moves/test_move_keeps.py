@@ -22,6 +22,7 @@ from movekit import (
 from torch import nn
 
 import torchdevice_magic
+from torchdevice_magic import objects
 from torchdevice_magic.moves import MovedItem, move
 
 
@@ -174,6 +175,26 @@ def test_tensors_sharing_a_storage_without_a_view_stay_shared() -> None:
     # A view whose base is not moved is copied on its own (like view.to(device)).
     assert ns["head"].shape == (2,) and ns["head"]._base is None
     assert result.bytes_moved == 6 * 4 + 2 * 4
+
+
+def test_two_storages_over_the_same_memory_are_one_storage_as_the_scan_counts_it() -> None:
+    """THE storage identity (objects/storage.py): two tensors made over one buffer have two
+    StorageImpls but one memory; the scan counts it once, so the move copies it once and the
+    two stay sharing on the target."""
+    memory = bytearray(24)
+    x = torch.frombuffer(memory, dtype=torch.float32)
+    y = torch.frombuffer(memory, dtype=torch.float32)
+    assert x.untyped_storage()._cdata != y.untyped_storage()._cdata
+    counted: objects.Storages = {}
+    T = objects.TorchTypes.current()
+    assert T is not None
+    scanned = objects.add_storages(T, x, "cpu", counted)
+    objects.add_storages(T, y, "cpu", counted)
+    assert len(counted) == 1
+    ns = {"x": x, "y": y}
+    result = move(ns, "meta")
+    assert result.ok and result.bytes_moved == result.predicted_bytes == scanned == 24
+    assert ns["x"].untyped_storage()._cdata == ns["y"].untyped_storage()._cdata
 
 
 def test_containers_deeper_than_three_levels_are_left_alone() -> None:

@@ -137,6 +137,20 @@ def test_ipython_bookkeeping_names_are_not_moved() -> None:
     assert not named.moved and {n for n, _ in named.skipped} == {"Out", "_1"}
 
 
+def test_ipython_names_named_explicitly_follow_the_one_names_rule() -> None:
+    """names.py says what is IPython's: each of its names is refused even when named (rebinding
+    it would break IPython's history); a user's dunder variable may be named and moved."""
+    t = torch.ones(2)
+    ipython = ["In", "Out", "_", "__", "___", "_7", "_i", "_ii", "_iii", "_i7", "_oh", "_ih"]
+    ipython += ["_dh", "exit", "quit", "get_ipython", "_exit_code"]
+    ns = {name: t for name in ipython} | {"__cache": torch.ones(3)}
+    result = move(ns, "meta", names=ipython)
+    assert not result.moved and [n for n, _ in result.skipped] == ipython
+    assert all("IPython's history" in why for _n, why in result.skipped)
+    mine = move(ns, "meta", names=["__cache"])
+    assert [i.name for i in mine.moved] == ["__cache"] and ns["__cache"].device.type == "meta"
+
+
 def test_meta_parameters_are_refused_with_advice() -> None:
     ns = {"model": nn.Linear(2, 2, device="meta"), "x": torch.ones(2)}
     with pytest.raises(MoveError) as info:

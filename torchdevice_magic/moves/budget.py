@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from ..devices import free_bytes as device_free_bytes
+from ..objects import tensor_bytes
 from ..units import format_bytes
-from .jobs import Plan, storage_of, tensor_nbytes
+from .jobs import Plan, storage_of
 from .result import MoveError
 
 #: the CUDA caching allocator hands out blocks in multiples of this many bytes
@@ -71,7 +72,7 @@ def needed_bytes(plan: Plan) -> Budget:
             continue
         if len(members) == 1:
             t = members[0].tensor
-            snb = members[0].storage_bytes if t._base is None else tensor_nbytes(t)
+            snb = members[0].storage_bytes if t._base is None else tensor_bytes(t)
         else:
             snb = members[0].storage_bytes
         add(gkey[1], snb)

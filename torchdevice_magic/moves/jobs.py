@@ -110,32 +110,11 @@ class Rebuild(NamedTuple):
 # Storages
 
 
-def tensor_nbytes(t: Any) -> int:
-    """Bytes of a tensor without storage access (sparse, nested, some subclasses)."""
-    try:
-        if t.is_sparse:
-            return int(t._values().nbytes + t._indices().nbytes)
-        return int(t.numel() * t.element_size())
-    except Exception:
-        return 0
-
-
-def storage_of(t: Any) -> tuple[Any, int, Any]:
-    """(key, nbytes, storage object) of a tensor's storage; a per-tensor key when it has none."""
-    try:
-        s = t.untyped_storage()
-        n = s.nbytes()
-        if n == 0 and t.numel() and t.device.type != "meta":
-            # a storage-less wrapper (an out-of-tree device such as the simulated one): its
-            # data, and the sharing between its views, live in the tensor it wraps
-            inner = inner_of(t)
-            if inner is t:
-                return ("tensor", id(t)), tensor_nbytes(t), None
-            s = inner.untyped_storage()
-            return ("inner", s._cdata), s.nbytes(), s
-        return s._cdata, n, s
-    except Exception:
-        return ("tensor", id(t)), tensor_nbytes(t), None
+def storage_of(t: Any) -> objects.StorageIdentity:
+    """(key, nbytes, storage) of the storage ``t``'s data lives in, by THE storage identity
+    (objects/storage.py, what the scan counts by): tensors with one key share one storage, so a
+    move copies it once and they share it on the target too."""
+    return objects.storage_identity(objects.TorchTypes.current(), t)
 
 
 def inner_of(t: Any) -> Any:

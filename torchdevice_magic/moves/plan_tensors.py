@@ -7,9 +7,11 @@ path and is planned one by one, keeping aliases aliases.
 
 from __future__ import annotations
 
+from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
+from .. import objects
 from .jobs import BulkTensors, Plan, PlannedItem, PutBack, storage_of
 from .places import NAMESPACE
 
@@ -18,7 +20,6 @@ _IS_CPU = attrgetter("is_cpu")
 _REQUIRES_GRAD = attrgetter("requires_grad")
 _GRAD = attrgetter("grad")
 _NBYTES = attrgetter("nbytes")
-_CDATA = attrgetter("_cdata")
 
 
 def add_tensor(plan: Plan, name: str, t: Any, dest: Any) -> None:
@@ -82,7 +83,7 @@ def _finish_one_target(
         for name, t in zip(names, tensors, strict=True):
             _plan_one_by_one(plan, name, t, dest)
         return
-    keys = list(map(_CDATA, storages))
+    keys = _storage_keys(plan, tensors, devices, storages, distinct)
     special = _needing_care(tensors, keys, taken)
     if special:
         for i in sorted(special):
@@ -98,6 +99,19 @@ def _finish_one_target(
         bulk = BulkTensors(dest, names, tensors, devices, storages, keys, nbytes)
         bulk.distinct = distinct if not special else set(devices)
         plan.bulk.append(bulk)
+
+
+def _storage_keys(
+    plan: Plan, tensors: list[Any], devices: list[Any], storages: list[Any], distinct: set[Any]
+) -> list[Any]:
+    """THE storage identity (objects/storage.py) of each tensor, as :func:`storage_of` gives
+    it, built with C-level maps where every storage has a data pointer (the common case)."""
+    pointers = list(map(plan.torch.UntypedStorage.data_ptr, storages))
+    if 0 in pointers:  # empty or pointer-less storages: the general rule, one by one
+        return [objects.storage_identity(plan.T, t).key for t in tensors]
+    if len(distinct) == 1:
+        return list(zip(repeat(plan.device_label(next(iter(distinct)))), pointers))
+    return list(zip(map(plan.device_label, devices), pointers, strict=True))
 
 
 def _drop_what_does_not_copy(

@@ -9,7 +9,6 @@ then every optimizer whose parameters move follows along.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
@@ -22,14 +21,14 @@ from .plan_optimizers import add_followers, add_optimizer
 from .plan_tensors import add_tensor, queue_bulk
 from .result import MoveError
 
-_BOOKKEEPING = frozenset({"In", "Out", "exit", "quit", "get_ipython"})
-# IPython's output and input caches: refused even when named explicitly (rebinding them would
-# break IPython's history); user names such as ``_idx`` are allowed when named explicitly.
-_HISTORY_NAME = re.compile(r"_{1,3}|_\d+|_i{1,3}|_i\d+|_oh|_ih|_dh")
-
 
 def is_history_name(name: str) -> bool:
-    return name in _BOOKKEEPING or _HISTORY_NAME.fullmatch(name) is not None
+    """IPython's own names (THE rule: names.py), refused even when named explicitly: rebinding
+    them would break IPython's history. Dunder names other than ``__`` and ``___`` are left
+    out: "Move all" passes over them, but a user may name a variable ``__cache`` and move it."""
+    if name.startswith("__") and name not in IPYTHON_NAMES:
+        return False
+    return is_ipython_bookkeeping(name)
 
 
 def add(plan: Plan, name: str, obj: Any, dest: Any, layout: Any = None) -> None:

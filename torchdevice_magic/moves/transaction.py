@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from itertools import compress, repeat
+from operator import attrgetter
 from typing import Any, Protocol
 
 from .. import objects
@@ -33,6 +34,8 @@ from .places import NAMESPACE, put_back
 from .plan_tensors import finish_bulk
 from .result import MovedItem, MoveResult, ProgressCallback, Undoable, one_line, reason
 from .staging import Copier
+
+_CDATA = attrgetter("_cdata")
 
 
 class RecordUndo(Protocol):
@@ -355,9 +358,10 @@ def _still_held(
     try:
         if use_count is None:
             return 0
-        total = sum(n for _s, key, n in held if use_count(key) > 1)
-        for storages, keys in bulk_held:
-            shared = map((1).__lt__, map(use_count, keys))
+        # (the count is asked by StorageImpl address; the storage objects held keep it alive)
+        total = sum(n for s, _key, n in held if use_count(s._cdata) > 1)
+        for storages, _keys in bulk_held:
+            shared = map((1).__lt__, map(use_count, map(_CDATA, storages)))
             total += sum(map(torch.UntypedStorage.nbytes, compress(storages, shared)))
         return total
     except Exception:
