@@ -166,7 +166,7 @@ def test_plain_tensor_attribute_of_a_submodule_is_named_and_fixed(
 def test_submodule_paths_are_python_and_resolve_back() -> None:
     import torch.nn as nn
 
-    from torchdevice_magic.diagnose.core import _resolve, _submodule_expr
+    from torchdevice_magic.diagnose.collect import resolve_chain as _resolve, submodule_expression as _submodule_expr
 
     class Block(nn.Module):
         def __init__(self) -> None:
