@@ -489,7 +489,7 @@ def test_a_cell_is_parsed_once_for_every_consumer() -> None:
 
 
 def test_public_functions_survive_importing_every_submodule() -> None:
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     code = textwrap.dedent(
         f"""
         import importlib, pkgutil, sys
