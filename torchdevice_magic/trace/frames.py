@@ -16,7 +16,7 @@ from types import FrameType
 from typing import Any
 
 
-def _library_prefixes() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+def library_prefixes() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """Directories whose code is never "the user's line": (packages, stdlib, site-packages
     inside stdlib, which is the user's again: system Pythons put it there)."""
     packages = []
@@ -30,7 +30,7 @@ def _library_prefixes() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ..
     return tuple(packages), tuple(stdlib), tuple(site)
 
 
-def _name_in_frame(frame: FrameType, tensor: Any, modules: list[tuple[str, Any]]) -> str | None:
+def name_in_frame(frame: FrameType, tensor: Any, modules: list[tuple[str, Any]]) -> str | None:
     """The name that holds ``tensor`` (by identity) seen from ``frame``: a local variable, a
     parameter/buffer/tensor attribute of the module the op runs in (``model.fc.weight``) or
     of a module the frame holds (``self.scale``); a view is named after its base."""
@@ -85,7 +85,7 @@ def _name_in_module(module: Any, tensor: Any) -> str | None:
     return None
 
 
-def _loop_lines(source: str) -> set[int]:
+def loop_lines(source: str) -> set[int]:
     """Lines of ``source`` inside a for/while loop (or a comprehension)."""
     try:
         tree = ast.parse(source)
