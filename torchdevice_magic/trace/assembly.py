@@ -32,7 +32,12 @@ class Places:
         self.source = source
         self.filename = filename
         self.file_label = file_label
-        self.loops = loop_lines(source) if source else set()
+        self._loops: set[int] | None = None  # parsed for the first row in the cell
+
+    def _in_loop(self, line: int | None) -> bool:
+        if self._loops is None:
+            self._loops = loop_lines(self.source) if self.source else set()
+        return line in self._loops
 
     def place(self, code: CodeType | None, line: int | None) -> tuple[str, str, str, str, bool]:
         """(function, file name, how to show the file, source text, in a loop)"""
@@ -54,7 +59,7 @@ class Places:
             filename,
             self._label(filename, in_cell),
             text,
-            (in_cell and line in self.loops),
+            in_cell and self._in_loop(line),
         )
 
     def _label(self, filename: str, in_cell: bool) -> str:

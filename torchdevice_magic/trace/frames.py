@@ -9,6 +9,7 @@ is built. Standard library only; ``torch.nn`` is looked up in ``sys.modules``.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import sys
 import sysconfig
@@ -24,10 +25,17 @@ def library_prefixes() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...
         path = getattr(sys.modules.get(name), "__file__", None)
         if path:
             packages.append(os.path.dirname(os.path.abspath(path)) + os.sep)
+    return (tuple(packages), *_interpreter_prefixes())
+
+
+@functools.cache
+def _interpreter_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    # the interpreter's own directories never change in a process; asking sysconfig costs
+    # ~0.5 ms (per traced cell, without the cache)
     paths = sysconfig.get_paths()
     stdlib = {os.path.abspath(paths[k]) + os.sep for k in ("stdlib", "platstdlib") if paths.get(k)}
     site = {os.path.abspath(paths[k]) + os.sep for k in ("purelib", "platlib") if paths.get(k)}
-    return tuple(packages), tuple(stdlib), tuple(site)
+    return tuple(stdlib), tuple(site)
 
 
 def name_in_frame(frame: FrameType, tensor: Any, modules: list[tuple[str, Any]]) -> str | None:

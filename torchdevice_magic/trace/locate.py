@@ -41,7 +41,8 @@ class FrameLocator:
         self.direct = True
         self.borrowed = False
         self._whose: dict[CodeType, int] = {}
-        self._packages, self._stdlib, self._site = library_prefixes()
+        # read on the first op worth noting: a cell that notes nothing never pays for it
+        self._prefixes: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None = None
 
     def locate(self, frame: FrameType | None) -> Any:
         """The user's frame for an op whose Python stack starts at ``frame``; None when no
@@ -87,9 +88,12 @@ class FrameLocator:
         filename = os.path.abspath(filename)
         if filename.startswith(_PACKAGE_DIRECTORY):
             return _OURS
-        if filename.startswith(self._packages):
+        if self._prefixes is None:
+            self._prefixes = library_prefixes()
+        packages, stdlib, site = self._prefixes
+        if filename.startswith(packages):
             return _THEIRS
-        if filename.startswith(self._stdlib) and not filename.startswith(self._site):
+        if filename.startswith(stdlib) and not filename.startswith(site):
             return _THEIRS
         return _USERS
 

@@ -130,7 +130,8 @@ def mode_classes() -> ModeClasses:
             kwargs: dict[str, Any] | None = None,
         ) -> Any:
             __tracebackhide__ = True
-            return self.recorder.on_op(func, args, kwargs or {})
+            # torch passes kwargs as a dict (empty when none)
+            return self.recorder.on_op(func, args, kwargs if kwargs is not None else {})
 
     class FunctionRecorder(TorchFunctionMode):
         def __init__(self, recorder: Recorder) -> None:
@@ -147,15 +148,13 @@ def mode_classes() -> ModeClasses:
             # called for every torch function, method and attribute: decide here, in one
             # dict lookup, that it is none of ours
             __tracebackhide__ = True
-            if kwargs is None:
-                kwargs = {}
             try:
                 entry = FUNCTIONS.get(func)
             except TypeError:  # an unhashable callable: nothing of ours
                 entry = None
             if entry is None:
-                return func(*args, **kwargs)
-            return self.recorder.on_function(func, entry, args, kwargs)
+                return func(*args, **kwargs) if kwargs else func(*args)
+            return self.recorder.on_function(func, entry, args, kwargs or {})
 
     if skip_dynamo is not None:
         skip_dynamo(DispatchRecorder.__dict__["__torch_dispatch__"].__code__)

@@ -33,6 +33,21 @@ from .ops import (
 )
 from .report import TraceReport
 
+#: per aten op, ``id(op)`` -> (its kind, how to run it). The op runs through its C++ callable
+#: (what ``OpOverload.__call__`` calls, one Python call fewer per op); the dict is keyed by id
+#: because ``OpOverload.__hash__`` is Python code. Ops are made once per process: the cache is
+#: shared by every recorder, and keeps the ops it has seen alive so their ids stay theirs.
+_OP_KINDS: dict[int, tuple[int, Any]] = {}
+_OPS_SEEN: list[Any] = []
+
+
+def _classify(func: Any) -> tuple[int, Any]:
+    run = func._op if type(func) is sys.modules["torch._ops"].OpOverload else func
+    _OPS_SEEN.append(func)
+    entry = _OP_KINDS[id(func)] = (classify(func), run)
+    return entry
+
+
 #: the file name ``trace`` compiles a cell under (tracebacks and the report say "line N")
 CELL_FILENAME = "<traced cell>"
 
@@ -72,7 +87,6 @@ class Tracer:
         locator = FrameLocator(stop, threading.get_ident())
         self._findings = Findings(locator, self.namespace, self.filename)
         # the hot path's state, read as attributes of the recorder itself
-        self._kinds: dict[Any, int] = {}
         self._ops = self._findings.ops
         self._module_stack = self._findings.module_stack
         self._tensor: Any = None
@@ -134,13 +148,12 @@ class Tracer:
 
         The hot path: most ops read one device per tensor input and bump one counter."""
         __tracebackhide__ = True  # IPython (and pytest) leave this frame out of tracebacks
-        if self._suppress:
-            return func(*args, **kwargs)
         try:
-            kind = self._kinds[func]
+            kind, run = _OP_KINDS[id(func)]
         except KeyError:
-            kind = self._kinds[func] = classify(func)
-        findings = self._findings
+            kind, run = _classify(func)
+        if self._suppress:
+            return run(*args, **kwargs)
         first = devices = None
         noted = False
         try:
@@ -157,7 +170,7 @@ class Tracer:
                     devices = mixed_devices(args, kwargs)
                     break
             else:
-                for a in kwargs.values():  # out=, and the odd tensor passed by keyword
+                for a in kwargs.values() if kwargs else ():  # out=, a tensor by keyword
                     if isinstance(a, tensor):
                         d = a.device
                         if first is None:
@@ -166,27 +179,17 @@ class Tracer:
                             devices = mixed_devices(args, kwargs)
                             break
             if devices is not None:
+                noted = self._mixed(func, kind, args, kwargs, devices)
                 if len(devices) < 2:
                     first = devices[0] if devices else None
                     devices = None
-                elif (
-                    findings.divergence is None
-                    and kind != COPY
-                    and not benign_mix(kind, args, kwargs)
-                ):
-                    findings.note_divergence(func, args, kwargs, devices, raised=False)
-                    noted = True
         except Exception:  # a recorder bug must never reach the user's cell
-            findings.internal_errors += 1
+            self._findings.internal_errors += 1
         try:
-            out = func(*args, **kwargs)
+            out = run(*args, **kwargs)
         except BaseException:
             if devices is not None and kind != COPY:
-                if findings.divergence is None:
-                    findings.note_divergence(func, args, kwargs, devices, raised=True)
-                elif noted:  # noted just before it ran; torch refused the mix
-                    findings.divergence["raised"] = True
-                findings.count_failed_op(devices)
+                self._failed(func, args, kwargs, devices, noted)
             raise
         try:
             if devices is not None:
@@ -198,14 +201,52 @@ class Tracer:
             ops = self._ops
             ops[key] = ops.get(key, 0) + 1
             if kind:
-                if kind == COPY:
-                    findings.note_copy(func, args, out, self._tensor)
-                elif kind == HOST_READ or (kind == INDEX and boolean_index(args)):
-                    label = self._label or read_label(func)
-                    findings.note_read(label or op_name(func), first)
+                self._note(func, kind, args, out, first)
         except Exception:
-            findings.internal_errors += 1
+            self._findings.internal_errors += 1
         return out
+
+    def _mixed(
+        self,
+        func: Any,
+        kind: int,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        devices: list[str],
+    ) -> bool:
+        """The op's inputs span ``devices``: note it when it is the first divergence (a copy or
+        a mix torch accepts by design is none); True when noted."""
+        findings = self._findings
+        if len(devices) < 2 or findings.divergence is not None or kind == COPY:
+            return False
+        if benign_mix(kind, args, kwargs):
+            return False
+        findings.note_divergence(func, args, kwargs, devices, raised=False)
+        return True
+
+    def _failed(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        devices: list[str],
+        noted: bool,
+    ) -> None:
+        """An op whose inputs span ``devices`` raised (torch refused the mix)."""
+        findings = self._findings
+        if findings.divergence is None:
+            findings.note_divergence(func, args, kwargs, devices, raised=True)
+        elif noted:  # noted just before it ran
+            findings.divergence["raised"] = True
+        findings.count_failed_op(devices)
+
+    def _note(self, func: Any, kind: int, args: tuple[Any, ...], out: Any, device: Any) -> None:
+        """A copy or a host read ran: note it on the user's line."""
+        if kind == COPY:
+            self._findings.note_copy(func, args, out, self._tensor)
+        elif kind == HOST_READ or (kind == INDEX and boolean_index(args)):
+            label = self._label or read_label(func)
+            self._findings.note_read(label or op_name(func), device)
 
     def on_function(
         self, func: Any, entry: tuple[str, bool], args: tuple[Any, ...], kwargs: dict[str, Any]
