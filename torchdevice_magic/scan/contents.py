@@ -16,12 +16,11 @@ import dataclasses
 from collections import Counter
 from collections.abc import Iterable
 from itertools import chain, compress, filterfalse
-from operator import is_not
 from typing import Any
 
 from ..objects import Kind, StorageKey, Storages, TorchTypes
 from ..records import ColumnRows, Record
-from .book import _State
+from .book import _changed_names, _State
 from .columns import _NO_COLUMNS, _Columns
 from .entries import _Entry, _entry_storages
 from .facts import _facts_record, _TensorFacts
@@ -239,14 +238,9 @@ class _Contents:
         very ones it had (looked at again, rebound, new, gone) and plain tensors dropped from
         the shared columns since. Identity comparisons in C: an incremental consumer (the
         per-cell memory timeline) then updates only these instead of every storage."""
-        now, before = self._entries, previous._entries
         if self._state.columns is not previous._state.columns:  # a full scan in between
             return list(dict.fromkeys(chain(previous.names(), self.names())))
-        names = list(now)
-        changed = list(compress(names, map(is_not, map(before.get, names), now.values())))
-        changed.extend(before.keys() - now.keys())
-        changed.extend(self._state.dropped - previous._state.dropped)
-        return list(dict.fromkeys(changed))
+        return _changed_names(previous._state, self._state)
 
     # -- sharing and storages -------------------------------------------------------------------
     def _storage_counter(self) -> dict[StorageKey, int]:

@@ -59,7 +59,7 @@ class Inventory(_Contents):
 
     @classmethod
     def _from_state(cls, state: _State, **options: Any) -> Inventory:
-        return cls(
+        inventory = cls(
             state.entries,
             state.keys,
             state.ids,
@@ -70,6 +70,8 @@ class Inventory(_Contents):
             dropped=state.dropped,
             **options,
         )
+        inventory._state = state  # the very state: its place in the rescans' lineage too
+        return inventory
 
     @classmethod
     def empty(cls, include_hidden: bool = False) -> Inventory:

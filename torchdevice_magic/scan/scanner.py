@@ -38,7 +38,7 @@ from typing import Any
 
 from ..names import IPYTHON_NAMES, is_ipython_bookkeeping
 from ..objects import Kind, StorageKey, TorchTypes
-from .book import _names_left, _State
+from .book import _names_left, _new_serial, _State
 from .columns import _NO_COLUMNS, _read_columns
 from .composites import AGGREGATE_ABOVE, CONTAINER_ELEMENT_CAP, MAX_CONTAINER_DEPTH
 from .entries import _Entry, _entry_storages, _entry_volatile
@@ -203,7 +203,9 @@ def _full_scan(
         T, plain_names, plain_tensors, plain_types, plain_ids, entries
     )
     volatile.update(careful_volatile)
-    return _State(keys, ids, entries, frozenset(volatile), frozenset(watched), columns)
+    return _State(
+        keys, ids, entries, frozenset(volatile), frozenset(watched), columns, serial=_new_serial()
+    )
 
 
 def _not_bookkeeping(names: list[str]) -> list[bool]:
@@ -322,8 +324,23 @@ def _rescan(
         if is_ipython_bookkeeping(name):
             continue
         _store(T, name, _inspect(T, name, namespace.get(name)), entries, volatile, watched)
+    # what changed since ``state``, from what this rescan did (O(what changed)): names whose
+    # entry is not the very one it was, and the names that left the columns
+    earlier = state.entries
+    touched = [name for name in stale if entries.get(name) is not earlier.get(name)]
+    touched += [name for name in gone if name in earlier]
+    touched += leaving
     return _State(
-        keys, ids, entries, frozenset(volatile), frozenset(watched), state.columns, dropped
+        keys,
+        ids,
+        entries,
+        frozenset(volatile),
+        frozenset(watched),
+        state.columns,
+        dropped,
+        serial=_new_serial(),
+        parent=state.serial or -1,
+        touched=tuple(dict.fromkeys(touched)),
     )
 
 
