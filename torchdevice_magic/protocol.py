@@ -31,6 +31,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from .scan import register_drawing
 from .viewmodel import MAX_LIMIT, SORTS, WindowSpec
 
 PROTOCOL_NAME = "torchdevice_magic"
@@ -470,6 +471,9 @@ def typescript() -> str:
     out.append("")
     return "\n".join(out)
 
+
+# Inventory.to_json() is this snapshot
+register_drawing("json", snapshot)
 
 if __name__ == "__main__":  # pragma: no cover - the generator's entry point
     sys.stdout.write(typescript())

@@ -34,6 +34,10 @@ from .sources import _last_errors, _name_sources, _out_sources, _traceback_sourc
 #: (column-wise, ~40 ms at 100,000 names) instead of updating name by name
 RECOUNT_ABOVE = 2000
 
+#: Cells per device the sidebar's memory chart draws (``MAX_CELLS`` in
+#: ``labextension/src/timeline.ts``): the timeline message sends no more
+CHART_CELLS = 40
+
 
 @dataclass
 class CellMemory:
@@ -427,7 +431,18 @@ class Timeline:
         ).rstrip()
 
     def to_json(self, last: int = 200) -> list[dict[str, Any]]:
-        return [row.to_dict() for row in self.rows[-last:]]
+        """The rows the sidebar's chart draws, oldest first: of the last ``last`` rows, each
+        device's last :data:`CHART_CELLS`. The chart draws no more (``MAX_CELLS`` in
+        ``labextension/src/timeline.ts``), and the message goes out after every cell that
+        changed tensors: its size must not grow with the notebook's history."""
+        kept: list[CellMemory] = []
+        per_device: dict[str, int] = {}
+        for row in reversed(self.rows[-last:]):
+            count = per_device.get(row.device, 0)
+            if count < CHART_CELLS:
+                per_device[row.device] = count + 1
+                kept.append(row)
+        return [row.to_dict() for row in reversed(kept)]
 
 
 def device_figures() -> dict[str, tuple[int | None, int | None, int | None]]:

@@ -23,10 +23,9 @@ rescan, IPython's own names and the hidden output history; the parts, lowest fir
 optimizers), :mod:`.composites` (containers and objects; the container limits),
 :mod:`.inspection` (``_inspect``: one name to its entry; ``_still_same``), :mod:`.columns`
 (the plain tensors as columns), :mod:`.book` (``_State``, ``_Book``: incremental
-bookkeeping) and :mod:`.inventory` (:class:`Inventory`, :func:`orphan_warning`). None of them
-imports this module. Import :class:`Inventory`, :func:`orphan_warning` and the container
-limits from here, as before; the ``X as X`` imports below keep the private names that tests
-and older code reach through ``scanner`` where they were.
+bookkeeping), :mod:`.sharing` and :mod:`.contents` (what one scan found, the views' reads) and
+:mod:`.inventory` (:class:`Inventory`, :func:`orphan_warning`). None of them imports this
+module. Everything outside the package imports from :mod:`torchdevice_magic.scan`.
 """
 
 from __future__ import annotations
@@ -37,22 +36,13 @@ from itertools import chain, compress, repeat
 from operator import is_, ne, not_
 from typing import Any
 
-from ..names import IPYTHON_NAMES as IPYTHON_NAMES
-from ..names import is_ipython_bookkeeping as is_ipython_bookkeeping
+from ..names import IPYTHON_NAMES, is_ipython_bookkeeping
 from ..objects import Kind, StorageKey, TorchTypes
-from ..records import DeviceTotal, Record
-from ..units import device_sort_key, format_bytes
-from .book import BOOK_HISTORY as BOOK_HISTORY
-from .book import _Book as _Book
-from .book import _names_left, _State
-from .columns import _BULK_RECORDS as _BULK_RECORDS
+from .book import _names_left, _new_serial, _State
 from .columns import _NO_COLUMNS, _read_columns
-from .columns import COLUMN_BATCH as COLUMN_BATCH
-from .columns import _Columns as _Columns
 from .composites import AGGREGATE_ABOVE, CONTAINER_ELEMENT_CAP, MAX_CONTAINER_DEPTH
 from .entries import _Entry, _entry_storages, _entry_volatile
 from .facts import _facts_record, _facts_storages, _TensorFacts
-from .facts import _sizes_by_device as _sizes_by_device
 from .inspection import _inspect, _still_same
 from .inventory import Inventory, orphan_warning
 
@@ -213,7 +203,9 @@ def _full_scan(
         T, plain_names, plain_tensors, plain_types, plain_ids, entries
     )
     volatile.update(careful_volatile)
-    return _State(keys, ids, entries, frozenset(volatile), frozenset(watched), columns)
+    return _State(
+        keys, ids, entries, frozenset(volatile), frozenset(watched), columns, serial=_new_serial()
+    )
 
 
 def _not_bookkeeping(names: list[str]) -> list[bool]:
@@ -332,8 +324,23 @@ def _rescan(
         if is_ipython_bookkeeping(name):
             continue
         _store(T, name, _inspect(T, name, namespace.get(name)), entries, volatile, watched)
+    # what changed since ``state``, from what this rescan did (O(what changed)): names whose
+    # entry is not the very one it was, and the names that left the columns
+    earlier = state.entries
+    touched = [name for name in stale if entries.get(name) is not earlier.get(name)]
+    touched += [name for name in gone if name in earlier]
+    touched += leaving
     return _State(
-        keys, ids, entries, frozenset(volatile), frozenset(watched), state.columns, dropped
+        keys,
+        ids,
+        entries,
+        frozenset(volatile),
+        frozenset(watched),
+        state.columns,
+        dropped,
+        serial=_new_serial(),
+        parent=state.serial or -1,
+        touched=tuple(dict.fromkeys(touched)),
     )
 
 
@@ -391,12 +398,7 @@ def _hidden_entries(
 __all__ = [
     "Inventory",
     "Scanner",
-    "Record",
-    "DeviceTotal",
     "scan",
-    "format_bytes",
-    "is_ipython_bookkeeping",
-    "device_sort_key",
     "orphan_warning",
     "MAX_CONTAINER_DEPTH",
     "CONTAINER_ELEMENT_CAP",

@@ -522,3 +522,19 @@ def test_moving_a_model_to_meta_orphans_an_optimizer_made_before():
     namespace = {"model": model, "opt": torch.optim.SGD(model.parameters(), lr=0.1)}
     model[1].to("meta")
     assert tdm.scan(namespace).orphaned_optimizers() == [("opt", 2, 4)]
+
+
+@pytest.mark.parametrize("copies", [1, 40])  # a few storages (a loop), many (column sums)
+def test_bytes_per_device_counts_meta_as_nothing_on_every_path(copies: int):
+    from torchdevice_magic.scan import bytes_by_device
+
+    storages = {}
+    for i in range(copies):
+        storages[("cpu", 1000 + i)] = ("cpu", 8)
+        storages[("meta", "impl", i)] = ("meta", 64)
+        storages[("cuda:1", 5000 + i)] = ("cuda:1", 4)
+    assert bytes_by_device(storages) == {"cpu": 8 * copies, "meta": 0, "cuda:1": 4 * copies}
+    assert bytes_by_device(storages, list_meta=False) == {"cpu": 8 * copies, "cuda:1": 4 * copies}
+    only_meta = {key: value for key, value in storages.items() if value[0] == "meta"}
+    assert bytes_by_device(only_meta) == {"meta": 0}
+    assert bytes_by_device(only_meta, list_meta=False) == {}

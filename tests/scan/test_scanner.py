@@ -459,9 +459,6 @@ def test_module_with_a_none_child_and_a_shared_submodule():
 def test_optimizer_state_storages_keyed_when_asked_are_the_same():
     """Adam's state is summed per device at scan time and keyed only when asked: the keys,
     sizes and totals are those of every state tensor's storage, each counted once."""
-    from torchdevice_magic.objects import TorchTypes
-    from torchdevice_magic.scan import scanner as S
-
     model = torch.nn.Linear(8, 4)
     optimizer = torch.optim.Adam(model.parameters())
     model(torch.randn(2, 8)).sum().backward()
@@ -475,15 +472,15 @@ def test_optimizer_state_storages_keyed_when_asked_are_the_same():
     record = inventory["optimizer"]
     assert inventory.storages() == expected
     assert record.bytes == sum(n for _, n in expected.values()) == record.state_bytes["cpu"]
-    # several devices: grouped by device, a storage shared by two tensors counted once
-    T = TorchTypes.current()
-    a, b = torch.ones(4), torch.ones(2)
-    groups = S._sizes_by_device(T, [a, b, a[1:]], ["cpu", "other:0", "cpu"])
-    assert groups == [
-        ("cpu", {a.untyped_storage().data_ptr(): 16}),
-        ("other:0", {b.untyped_storage().data_ptr(): 8}),
-    ]
-    assert S._sizes_by_device(T, [torch.ones(1, device="meta")], ["meta"]) is None
+    # state on two devices, a storage two state tensors share: each device apart, once
+    shared = torch.ones(4)
+    optimizer.state[model.weight]["alias"] = shared
+    optimizer.state[model.weight]["view"] = shared[1:]
+    optimizer.state[model.bias]["meta"] = torch.ones(8, device="meta")
+    record = tdm.scan({"optimizer": optimizer})["optimizer"]
+    cpu_bytes = sum(n for _, n in expected.values()) + 16
+    assert record.state_bytes == {"cpu": cpu_bytes, "meta": 0}
+    assert record.bytes == cpu_bytes
 
 
 def test_module_storages_keyed_when_asked_are_the_same():

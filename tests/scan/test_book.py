@@ -1,5 +1,5 @@
 """An inventory of a rescan updates the previous inventory's records and totals by the names
-that changed (scanner._Book): it must give exactly what a fresh scan of the same namespace
+that changed (the book handed from one inventory to the next): it must give exactly what a fresh scan of the same namespace
 gives, whatever the edits, and leave the earlier inventories as they were."""
 
 from __future__ import annotations
@@ -137,7 +137,8 @@ def test_a_rescan_reuses_the_records_of_names_that_did_not_change():
     namespace["late"] = torch.ones(3)
     second = scanner.scan(namespace, changed=["t10", "late"])
     records = second.records
-    assert second._book is not None and second._book.state is second._state  # updated, not rebuilt
+    # the bookkeeping was updated by the two names, not rebuilt: it knows what changed
+    assert set(second.view_changes(first) or {}) == {"t10", "late"}
     assert [r.name for r in records] == [f"t{i}" for i in range(50)] + ["late"]
     assert all(records[i] is before[i] for i in range(50) if i != 10)
     assert records[10].bytes == 32 and records[10] is not before[10]
@@ -183,23 +184,17 @@ def test_mixed_warnings_keep_the_namespace_order(ask_first: str):
 def test_records_built_together_equal_records_built_one_by_one():
     import gc
 
-    from torchdevice_magic.scan import scanner as scanner_module
-
     dtypes = [torch.float32, torch.float16, torch.int64, torch.bool]
     namespace = {
         f"t{i}": torch.zeros((i % 3 + 1, i % 5 + 1), dtype=dtypes[i % 4]) for i in range(200)
     }
     namespace["x"] = torch.zeros(0)  # no data pointer: not a column
+    # 200 plain tensors: every record at once is built field by field over the columns, one
+    # name's record (records_of, on an inventory that never built them all) one at a time
     inventory = Scanner().scan(namespace, full=True)
-    columns = inventory._state.columns
-    assert columns is not None and len(columns) == 200 >= scanner_module._BULK_RECORDS
-    one_by_one = scanner_module._Columns(
-        columns.names, columns.ids, columns.devices, columns.dtypes, columns.shapes,
-        columns.pointers, columns.sizes,
-    )  # fmt: skip
-    T = inventory._torch
+    one_at_a_time = Scanner().scan(namespace, full=True)
     listed = [r for r in inventory.records if r.name != "x"]
-    assert listed == [one_by_one.record(T, i) for i in range(len(columns))]
+    assert listed == [one_at_a_time.records_of(f"t{i}")[0] for i in range(200)]
     first = inventory.records[0]
     assert first.bytes_by_device == {"cpu": 4} and first.param_bytes == {}
     assert first.param_bytes is not inventory.records[1].param_bytes  # each record owns its dicts
