@@ -23,7 +23,7 @@ never counted as passed.
 from __future__ import annotations
 
 import argparse
-import ast
+import atexit
 import importlib.util
 import logging
 import shutil
@@ -37,8 +37,18 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "tests" / "reports"
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _folder in (ROOT, Path(__file__).resolve().parent):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
+
+from _reports_fixes import (  # noqa: E402
+    CellFrame,
+    FixNotApplicable,
+    apply_fix_lines,
+    cell_frames,
+)
+
+__all__ = ["CellFrame", "FixNotApplicable", "apply_fix_lines", "run_corpus", "table", "totals"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,6 +111,7 @@ def install_libraries() -> Path:
     if not _LIBRARIES:
         folder = Path(tempfile.mkdtemp(prefix="reports-")) / "site-packages"
         shutil.copytree(REPORTS / "libs", folder, ignore=shutil.ignore_patterns("__pycache__"))
+        atexit.register(shutil.rmtree, folder.parent, ignore_errors=True)
         sys.path.insert(0, str(folder))
         _LIBRARIES.append(folder)
     return _LIBRARIES[0]
@@ -178,11 +189,17 @@ class Runner:
     # -- the shell ---------------------------------------------------------------------------
     def fresh(self) -> Any:
         shell = self.shell
-        shell.run_line_magic("unload_ext", "torchdevice_magic")
+        if "torchdevice_magic" in shell.extension_manager.loaded:
+            shell.run_line_magic("unload_ext", "torchdevice_magic")
         for name in list(shell.user_ns):
-            if not name.startswith("_") and name not in {"In", "Out", "exit", "quit"}:
-                if name != "get_ipython":
-                    del shell.user_ns[name]
+            if not name.startswith("_") and name not in {
+                "In",
+                "Out",
+                "exit",
+                "quit",
+                "get_ipython",
+            }:
+                del shell.user_ns[name]
         shell.user_ns["Out"].clear()
         shell.run_line_magic("load_ext", "torchdevice_magic")
         shell.user_ns["DEV"] = self.device
@@ -278,7 +295,9 @@ class Runner:
         outcome.said = f"{diagnosis.summary()} | " + " / ".join(diagnosis.fix_text_lines())
         for culprit in expected.culprits:
             where = self.device if culprit.device == "DEV" else culprit.device
-            if any(_names(c, culprit.names()) and _on(c.devices, where) for c in diagnosis.culprits):
+            if any(
+                _names(c, culprit.names()) and _on(c.devices, where) for c in diagnosis.culprits
+            ):
                 outcome.named.append(culprit.name)
             else:
                 outcome.missed.append(culprit.name)
@@ -290,7 +309,7 @@ class Runner:
     ) -> str:
         if not diagnosis.safe or not diagnosis.fix_lines:
             return f"no fix: {diagnosis.why_no_fix or diagnosis.fix}"
-        frames = _cell_frames(error, numbers)
+        frames = cell_frames(error, numbers)
         try:
             cells, first = apply_fix_lines(case.cells, failing, frames, diagnosis.fix_lines)
         except FixNotApplicable as why:
@@ -330,162 +349,6 @@ def _on(devices: tuple[str, ...], where: str) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
-# Typing a fix into the cells as a user would
-# --------------------------------------------------------------------------------------------
-
-
-class FixNotApplicable(Exception):
-    """The fix names a place the user cannot edit (a library) or that does not exist."""
-
-
-@dataclass(frozen=True)
-class CellFrame:
-    cell: int  # index of the cell the frame's code is in
-    function: str  # the frame's function name (``<module>`` for the cell itself)
-    line: int  # 1-based line within that cell
-
-
-def _cell_frames(error: BaseException, numbers: dict[int, int]) -> list[CellFrame]:
-    """The traceback's frames that run code of the case's cells, outermost first; a frame of
-    library code appears as cell -1."""
-    by_prefix = {f"<ipython-input-{n}-": index for index, n in numbers.items()}
-    frames = []
-    tb = error.__traceback__
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        cell = next((i for p, i in by_prefix.items() if code.co_filename.startswith(p)), None)
-        if cell is not None:
-            frames.append(CellFrame(cell, code.co_name, tb.tb_lineno))
-        elif "site-packages" in code.co_filename and "reports-" in code.co_filename:
-            frames.append(CellFrame(-1, code.co_name, tb.tb_lineno))
-        tb = tb.tb_next
-    return frames
-
-
-def apply_fix_lines(
-    cells: list[str], failing: int, frames: list[CellFrame], fix_lines: list[Any]
-) -> tuple[list[str], int]:
-    """The cells with every fix line typed in; and the first cell edited (re-run from there)."""
-    edited = list(cells)
-    first = failing
-    cell_frame = next((f for f in frames if f.cell == failing and f.function == "<module>"), None)
-    for fix in fix_lines:
-        where, source = fix.where, fix.source
-        if where in ("cell", "loop") or where.startswith("line "):
-            if cell_frame is None:
-                raise FixNotApplicable(f"no line of the failing cell on the traceback for {where}")
-            lines = edited[failing].splitlines()
-            if where.startswith("line "):
-                _replace_statement(lines, int(where.split()[1]), source)
-            else:
-                _insert_above(lines, cell_frame.line, source, in_loop=where == "loop")
-            edited[failing] = "\n".join(lines)
-        elif where.startswith("frame "):
-            name = where.removeprefix("frame ")
-            frame = next((f for f in reversed(frames) if f.function == name), None)
-            if frame is None or frame.cell < 0:
-                raise FixNotApplicable(f"{name}() is library code, not the user's")
-            lines = edited[frame.cell].splitlines()
-            target = _assigned_name(source)
-            at = _assignment_line(lines, target, frame.line) if target else None
-            if at is not None and f"{target}.to(" not in source:
-                _replace_statement(lines, at, source)
-            else:
-                _insert_above(lines, frame.line, source, in_loop=False)
-            edited[frame.cell] = "\n".join(lines)
-            first = min(first, frame.cell)
-        elif where.startswith("class "):
-            cls, _, _method = where.removeprefix("class ").partition(".")
-            index = next((i for i, c in enumerate(edited) if f"class {cls}" in c), None)
-            if index is None:
-                raise FixNotApplicable(f"class {cls} is not defined in a cell")
-            lines = edited[index].splitlines()
-            attribute = source.split('"')[1] if '"' in source else ""
-            at = next(
-                (n for n, text in enumerate(lines, 1) if f"self.{attribute} =" in text), None
-            )
-            if at is None:
-                raise FixNotApplicable(f"no `self.{attribute} = ...` in class {cls}")
-            _replace_statement(lines, at, source)
-            edited[index] = "\n".join(lines)
-            first = min(first, index)
-        else:
-            raise FixNotApplicable(f"unknown place {where!r}")
-    return edited, first
-
-
-def _statement_at(lines: list[str], line: int) -> ast.stmt | None:
-    """The innermost statement of the code ``lines`` that spans ``line``."""
-    try:
-        tree = ast.parse("\n".join(lines))
-    except SyntaxError:
-        return None
-    best = None
-    for node in ast.walk(tree):  # breadth first: a later match is a deeper one
-        if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno):
-            if best is None or node.lineno >= best.lineno:
-                best = node
-    return best
-
-
-def _insert_above(lines: list[str], line: int, source: str, in_loop: bool) -> None:
-    tree_lines = "\n".join(lines)
-    node = _statement_at(lines, line)
-    if in_loop:
-        loops = [
-            n
-            for n in ast.walk(ast.parse(tree_lines))
-            if isinstance(n, (ast.For, ast.While))
-            and n.lineno <= line <= (n.end_lineno or n.lineno)
-        ]
-        if not loops:
-            raise FixNotApplicable("the failing line is in no loop")
-        body = max(loops, key=lambda n: n.lineno).body[0]
-        at, indent = body.lineno, body.col_offset
-    elif node is None:
-        at, indent = line, len(lines[line - 1]) - len(lines[line - 1].lstrip())
-    else:
-        at, indent = node.lineno, node.col_offset
-    lines.insert(at - 1, " " * indent + source)
-
-
-def _replace_statement(lines: list[str], line: int, source: str) -> None:
-    node = _statement_at(lines, line)
-    start, end = (line, line) if node is None else (node.lineno, node.end_lineno or node.lineno)
-    indent = len(lines[start - 1]) - len(lines[start - 1].lstrip())
-    lines[start - 1 : end] = [" " * indent + source]
-
-
-def _assigned_name(source: str) -> str | None:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    if tree.body and isinstance(tree.body[0], ast.Assign):
-        target = tree.body[0].targets[0]
-        if isinstance(target, ast.Name):
-            return target.id
-    return None
-
-
-def _assignment_line(lines: list[str], name: str, before: int) -> int | None:
-    """The last line before ``before`` that assigns ``name`` (alone or in a tuple)."""
-    try:
-        tree = ast.parse("\n".join(lines))
-    except SyntaxError:
-        return None
-    found = None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and node.lineno <= before:
-            for target in node.targets:
-                names = [target] if isinstance(target, ast.Name) else getattr(target, "elts", [])
-                if any(isinstance(n, ast.Name) and n.id == name for n in names):
-                    if found is None or node.lineno > found:
-                        found = node.lineno
-    return found
-
-
-# --------------------------------------------------------------------------------------------
 # Figures and the table
 # --------------------------------------------------------------------------------------------
 
@@ -509,17 +372,17 @@ def table(outcomes: list[Outcome]) -> str:
     def mark(value: bool) -> str:
         return "yes" if value else "NO"
 
-    rows = [f"{'case':34} {'detected':8} {'culprits':9} {'typed fix':9} {'button':12} crash"]
+    rows = [f"{'case':38} {'detected':8} {'culprits':9} {'typed fix':9} {'button':12} crash"]
     for o in outcomes:
         if o.skipped:
-            rows.append(f"{o.slug:34} skipped: {o.skipped}")
+            rows.append(f"{o.slug:38} skipped: {o.skipped}")
         elif o.negative:
             fp = "FALSE POSITIVE" if o.false_positive else "no diagnosis (right)"
-            rows.append(f"{o.slug:34} negative: {fp} {'CRASH' if o.crashes else ''}")
+            rows.append(f"{o.slug:38} negative: {fp} {'CRASH' if o.crashes else ''}")
         else:
             culprits = f"{len(o.named)}/{len(o.named) + len(o.missed)}"
             rows.append(
-                f"{o.slug:34} {mark(o.detected):8} {culprits:9} "
+                f"{o.slug:38} {mark(o.detected):8} {culprits:9} "
                 f"{mark(o.typed == 'ok'):9} {o.button[:12]:12} {'CRASH' if o.crashes else ''}"
             )
     t = totals(outcomes)
@@ -568,6 +431,8 @@ def run_corpus(slugs: list[str] | None = None) -> list[Outcome]:
     try:
         return [runner.score(case) for case in load_cases(slugs)]
     finally:
+        runner.fresh()  # leave the shared shell as the tests' fixture expects it: no case's names
+        runner.shell.user_ns.pop("DEV", None)
         runner.shell.run_line_magic("unload_ext", "torchdevice_magic")
 
 

@@ -3,8 +3,9 @@
 Lightning-AI/pytorch-lightning#2400. ``target = torch.arange(x1.size()[0])`` in
 ``training_step`` lives on the CPU while the predictions are on the GPU: "Expected object of
 device type cuda but got device type cpu for argument #2 'target' in call to
-_thnn_nll_loss_forward". Resolution in the thread: make the target on the batch's device
-(``torch.arange(..., device=x1.device)`` / ``type_as``).
+_thnn_nll_loss_forward". The thread (closed) does not record the reporter's change; the fix
+the error calls for is to make the target on the batch's device
+(``torch.arange(..., device=x1.device)``).
 """
 
 from case import Culprit, Expected

@@ -3,8 +3,9 @@
 pinecone-io/examples#214. In ``abstractive-question-answering.ipynb``, ``generate_answer``
 tokenized the query with ``tokenizer([query], max_length=1024, return_tensors="pt")`` and called
 ``generator.generate(inputs["input_ids"], num_beams=2, min_length=20, max_length=40)`` with the
-generator on cuda: "Expected all tensors to be on the same device". The fix for the notebook:
-put the tokenized inputs on the generator's device (``inputs = inputs.to(device)``).
+generator on cuda: "Expected all tensors to be on the same device". The issue is still open and
+records no fix; the expected one is what transformers' own warning asks for: put the tokenized
+inputs on the generator's device (``inputs = inputs.to(device)``) before ``generate()``.
 """
 
 from case import Culprit, Expected

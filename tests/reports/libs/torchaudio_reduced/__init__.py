@@ -13,9 +13,7 @@ import torch
 
 
 def phase_vocoder(complex_specgrams, rate, phase_advance):
-    time_steps = torch.arange(
-        0, complex_specgrams.size(-2), rate, device=complex_specgrams.device
-    )
+    time_steps = torch.arange(0, complex_specgrams.size(-2), rate, device=complex_specgrams.device)
     real, imag = complex_specgrams[..., 0], complex_specgrams[..., 1]
     phase = torch.atan2(imag, real)
     norm = torch.sqrt(real * real + imag * imag)
