@@ -128,6 +128,11 @@ def capabilities(device: str) -> dict[str, bool]:
         found["cpu_indices"] = True
     except RuntimeError:
         found["cpu_indices"] = False
+    try:
+        torch.nn.LSTM(2, 2).to(device)(torch.ones(1, 1, 2, device=device))
+        found["rnn_kernels"] = True
+    except (RuntimeError, NotImplementedError):
+        found["rnn_kernels"] = False
     conv = torch.nn.Conv1d(1, 1, 1).to(device)
     try:
         conv(torch.ones(1, 1, 2))
@@ -150,6 +155,7 @@ class Outcome:
     detected: bool = False
     named: list[str] = field(default_factory=list)
     missed: list[str] = field(default_factory=list)
+    first: bool = False  # the reporter's first culprit is the diagnosis' first one
     typed: str = ""  # "ok" or why the typed fix failed
     button: str = ""  # "ok", "not offered", or why it failed
     false_positive: bool = False
@@ -301,6 +307,8 @@ class Runner:
                 outcome.named.append(culprit.name)
             else:
                 outcome.missed.append(culprit.name)
+        lead = expected.culprits[0]
+        outcome.first = bool(diagnosis.culprits) and _names(diagnosis.culprits[0], lead.names())
         outcome.typed = self._typed_fix(case, diagnosis, error, failing, numbers)
         outcome.button = self._button_fix(case, failing)
 
@@ -362,6 +370,7 @@ def totals(outcomes: list[Outcome]) -> dict[str, int]:
         "skipped": sum(1 for o in outcomes if o.skipped),
         "detected": sum(o.detected for o in positives),
         "culprits": sum(o.culprits_ok for o in positives),
+        "culprit_first": sum(o.first for o in positives),
         "safe_fixes": sum(o.safe for o in positives),
         "false_positives": sum(o.false_positive for o in negatives),
         "crashes": sum(bool(o.crashes) for o in outcomes),
@@ -372,7 +381,9 @@ def table(outcomes: list[Outcome]) -> str:
     def mark(value: bool) -> str:
         return "yes" if value else "NO"
 
-    rows = [f"{'case':38} {'detected':8} {'culprits':9} {'typed fix':9} {'button':12} crash"]
+    rows = [
+        f"{'case':38} {'detected':8} {'culprits':9} {'first':5} {'typed fix':9} {'button':12} crash"
+    ]
     for o in outcomes:
         if o.skipped:
             rows.append(f"{o.slug:38} skipped: {o.skipped}")
@@ -382,7 +393,7 @@ def table(outcomes: list[Outcome]) -> str:
         else:
             culprits = f"{len(o.named)}/{len(o.named) + len(o.missed)}"
             rows.append(
-                f"{o.slug:38} {mark(o.detected):8} {culprits:9} "
+                f"{o.slug:38} {mark(o.detected):8} {culprits:9} {mark(o.first):5} "
                 f"{mark(o.typed == 'ok'):9} {o.button[:12]:12} {'CRASH' if o.crashes else ''}"
             )
     t = totals(outcomes)
@@ -390,7 +401,8 @@ def table(outcomes: list[Outcome]) -> str:
     rows.append(
         f"\n{t['positives']} device-error cases, {t['negatives']} negatives, {t['skipped']} "
         f"skipped\ndetected {t['detected']}/{t['positives']} ({t['detected'] / p:.0%})   "
-        f"culprits {t['culprits']}/{t['positives']} ({t['culprits'] / p:.0%})   "
+        f"culprits {t['culprits']}/{t['positives']} ({t['culprits'] / p:.0%}; listed first "
+        f"{t['culprit_first']})   "
         f"safe fixes {t['safe_fixes']}/{t['positives']} ({t['safe_fixes'] / p:.0%})   "
         f"false positives {t['false_positives']}/{t['negatives']}   crashes {t['crashes']}"
     )

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 CAPABILITIES = {
     "cpu_indices": "CPU index tensors index accelerator tensors (x[idx], index_put_), as on CUDA",
     "conv_type_message": "conv raises CUDA's 'Input type (...) and weight type (...)' message",
+    "rnn_kernels": "nn.LSTM / nn.GRU run on the accelerator (the fused cell kernels)",
 }
 
 
