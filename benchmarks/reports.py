@@ -310,7 +310,10 @@ class Runner:
         lead = expected.culprits[0]
         outcome.first = bool(diagnosis.culprits) and _names(diagnosis.culprits[0], lead.names())
         outcome.typed = self._typed_fix(case, diagnosis, error, failing, numbers)
-        outcome.button = self._button_fix(case, failing)
+        # the button is offered only with a move action: only then is the case run again for it
+        outcome.button = (
+            "not offered" if diagnosis.action is None else self._button_fix(case, failing)
+        )
 
     def _typed_fix(
         self, case: Case, diagnosis: Any, error: Any, failing: int, numbers: dict[int, int]
