@@ -206,11 +206,20 @@ def _reads(source: str, name: str) -> bool:
 
 
 def _assignment_line(lines: list[str], name: str, before: int) -> int | None:
-    """The last line before ``before`` that assigns ``name`` (alone or in a tuple)."""
+    """The last line before ``before`` that assigns ``name`` (alone or in a tuple), within the
+    innermost function around ``before``."""
     try:
-        tree = ast.parse("\n".join(lines))
+        tree: ast.AST = ast.parse("\n".join(lines))
     except SyntaxError:
         return None
+    functions = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.lineno <= before <= (n.end_lineno or n.lineno)
+    ]
+    if functions:
+        tree = max(functions, key=lambda n: n.lineno)
     found = None
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and node.lineno <= before:

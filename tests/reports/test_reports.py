@@ -111,3 +111,22 @@ def test_the_diagnosis_keeps_its_figures_on_the_corpus(simulated_device) -> None
     assert totals["detected"] >= FLOOR_DETECTED, report
     assert totals["culprits"] >= FLOOR_CULPRITS, report
     assert totals["safe_fixes"] >= FLOOR_SAFE_FIXES, report
+
+
+def test_a_fix_inside_a_function_edits_that_function_only() -> None:
+    scorer = _scorer()
+    cell = "def a():\n    h = zeros(2)\n    return h\n\ndef b(x, h):\n    return x + h\n"
+    frames = [scorer.CellFrame(1, "<module>", 1), scorer.CellFrame(0, "b", 6)]
+    edited, first = scorer.apply_fix_lines(
+        [cell, "b(y, z)"], 1, frames, [_fix("frame b", "h = zeros(3, device=x.device)")]
+    )
+    assert first == 0
+    assert edited[0].splitlines() == [
+        "def a():",
+        "    h = zeros(2)",
+        "    return h",
+        "",
+        "def b(x, h):",
+        "    h = zeros(3, device=x.device)",
+        "    return x + h",
+    ]
