@@ -2,8 +2,9 @@
 
 Lightning-AI/pytorch-lightning#2623 ("Data is on GPU, some of the nn.Module still on CPU").
 ``self.conv_layers = []`` filled with ``nn.Conv1d``: "Input type (torch.cuda.FloatTensor) and
-weight type (torch.FloatTensor) should be the same" at the first conv. Resolution in the
-thread: use ``nn.ModuleList`` so the layers are registered and moved.
+weight type (torch.FloatTensor) should be the same" at the first conv. The fix for layers kept
+in a Python list (the answer in pytorch/pytorch#1053 and #8017): ``nn.ModuleList``, so the layers
+are registered and moved.
 """
 
 from case import Culprit, Expected

@@ -2,8 +2,9 @@
 
 pytorch/pytorch#15005 ("model.cuda() doesn't automatically detect layers initialized in a
 list"). A multitask model appended its ``nn.Linear`` heads to ``self.softmaxes = []`` and moved
-the batch to the GPU inside ``forward``. Resolution: layers in a list are not submodules --
-use ``nn.ModuleList`` (then ``model.cuda()`` moves them).
+the batch to the GPU inside ``forward``. The issue was closed as expected behaviour; the answer
+given for this in pytorch/pytorch#1053 and #8017: layers in a list are not submodules -- use
+``nn.ModuleList`` (then ``model.cuda()`` moves them).
 """
 
 from case import Culprit, Expected

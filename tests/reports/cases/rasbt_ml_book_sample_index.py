@@ -4,8 +4,9 @@ rasbt/machine-learning-book#233 ("Newer version of PyTorch enforces strict devic
 for all tensors and indices"). The chapter 15 ``sample()`` moved ``hidden`` and ``cell`` to the
 device but fed ``encoded_input[:, c].view(1)`` from a CPU tensor to the model's embedding:
 "Expected all tensors to be on the same device, but got index is on cpu, different from other
-tensors on cuda:0 (when checking argument in method wrapper_CUDA__index_select)". The PR puts
-the encoded input on the device.
+tensors on cuda:0 (when checking argument in method wrapper_CUDA__index_select)". The PR
+names ``encoded_input[:, c].view(1)`` and ``last_char.view(1)``: the encoded input must be on the
+model's device.
 """
 
 from case import Culprit, Expected

@@ -2,8 +2,8 @@
 
 mozilla/TTS#473, fixed again by PR #549: in the masked L1 loss, ``seq_range =
 torch.arange(max_len)`` has no device while the lengths are on cuda ("torch.arange returns a
-tensor on cpu for me even though the input was on cuda"); the PR passes
-``device=sequence_length.device``. Library code: the user can only upgrade or compute the loss
+tensor on cpu for me even though the input was on cuda"); the PR makes the range on the
+lengths' device. Library code: the user can only upgrade or compute the loss
 where the library's constants are.
 """
 
