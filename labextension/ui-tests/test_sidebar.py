@@ -339,6 +339,7 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+@pytest.mark.cuda
 def test_move_all_to_cuda_and_undo(lab):
     if not _has_cuda():
         pytest.skip(
