@@ -1,4 +1,4 @@
-"""A simulated accelerator: a second device that keeps data, for machines without a GPU.
+"""The simulated accelerator's backend: a second device that keeps data, for CPU-only machines.
 
     from torchdevice_magic.testing import simulated_accelerator
     device_type = simulated_accelerator()          # "simdev"

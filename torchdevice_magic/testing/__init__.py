@@ -1,0 +1,13 @@
+"""Test support: the simulated accelerator, a second device with data for machines without a GPU.
+
+    from torchdevice_magic.testing import simulated_accelerator
+    device_type = simulated_accelerator()          # "simdev"
+
+:mod:`.backend` is the PrivateUse1 backend itself.
+"""
+
+from __future__ import annotations
+
+from .backend import DEVICE_TYPE, is_registered, simulated_accelerator
+
+__all__ = ["DEVICE_TYPE", "is_registered", "simulated_accelerator"]
