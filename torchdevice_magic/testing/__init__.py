@@ -3,7 +3,8 @@
     from torchdevice_magic.testing import simulated_accelerator
     device_type = simulated_accelerator()          # "simdev"
 
-:mod:`.backend` is the PrivateUse1 backend itself.
+:mod:`.backend` is the PrivateUse1 backend itself; :mod:`.cuda_rules` holds the device rules it
+takes from CUDA (which mixes are allowed, and the message each operator family raises).
 """
 
 from __future__ import annotations
