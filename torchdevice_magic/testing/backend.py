@@ -35,7 +35,7 @@ from __future__ import annotations
 import traceback
 from typing import Any, SupportsIndex
 
-from .cuda_rules import check_devices
+from .cuda_rules import device_error
 
 DEVICE_TYPE = "simdev"
 
@@ -339,7 +339,9 @@ def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
     host_args = [call.unwrap(a) for a in args]
     host_kwargs = {key: call.unwrap(value) for key, value in kwargs.items()}
     if len(call.devices) > 1 and name not in _CROSS_DEVICE_OPS:
-        check_devices(op, args, kwargs)  # raises what CUDA raises, or lets CUDA's allowed mixes by
+        error = device_error(op, args, kwargs)  # None for the mixes CUDA accepts
+        if error is not None:
+            raise error
     if name in ("aten::_copy_from", "aten::_copy_from_and_resize"):
         # copy_ between devices reaches a backend as _copy_from(src, dst), which has no CPU
         # kernel: copy the host values, and answer with the destination as the caller knows it

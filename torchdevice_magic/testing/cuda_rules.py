@@ -55,9 +55,22 @@ _INDEX_PUT = frozenset(("aten::index_put_", "aten::index_put", "aten::_index_put
 _CONVOLUTION = frozenset(("aten::convolution", "aten::_convolution"))
 
 
-def check_devices(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Raise what CUDA raises for ``op`` called with these arguments (tensors on the simulated
-    device and elsewhere), or return when CUDA accepts the mix."""
+def device_error(
+    op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> RuntimeError | IndexError | None:
+    """The error CUDA raises for ``op`` called with these arguments (tensors on the simulated
+    device and elsewhere), or None when CUDA accepts the mix. Returned without a traceback, for
+    the backend to raise from its own frame: CUDA raises from C++, and a traceback of the user's
+    code shows no frames of these rules."""
+    try:
+        _check_devices(op, args, kwargs)
+    except (RuntimeError, IndexError) as error:
+        error.__context__ = None
+        return error.with_traceback(None)
+    return None
+
+
+def _check_devices(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     name = op.name()
     bound = _bind(op, args, kwargs)
     if name in _INDEXING:
