@@ -3,7 +3,9 @@ CUDA does (the PyTorch source it comes from, torch 2.13, in the row's comment) a
 simulated device must do -- "cuda:0" reads "simdev:0", and the generated check's method name
 carries the dispatch key the simulated device uses (wrapper_CUDA_mm reads wrapper_PrivateUse1_mm).
 
-Every row runs in the one child process that registers the device (``@pytest.mark.simulated``).
+Every row runs in the one child process that registers the device (``@pytest.mark.simulated``);
+on a GPU machine the same rows run on ``cuda:0`` with CUDA's names (``@pytest.mark.cuda``), so
+``./dev gpu-check`` proves the table is CUDA's behaviour.
 """
 
 from __future__ import annotations
@@ -43,191 +45,204 @@ class Row:
     result: Callable[[], Any] | None = None  # what an accepted mix returns, computed on the CPU
 
 
-def _index_put(values: torch.Tensor, accumulate: bool = False) -> torch.Tensor:
-    y = torch.zeros(5, device=DEV)
+def _index_put(dev: str, values: torch.Tensor, accumulate: bool = False) -> torch.Tensor:
+    y = torch.zeros(5, device=dev)
     y.index_put_((torch.tensor([1, 3]),), values, accumulate=accumulate)
     return y
 
 
-def _set_item() -> torch.Tensor:
-    y = torch.zeros(5, device=DEV)
+def _set_item(dev: str) -> torch.Tensor:
+    y = torch.zeros(5, device=dev)
     y[torch.tensor([1, 3])] = torch.tensor(7.0)
     return y
 
 
-def _data_parallel() -> Any:
+def _data_parallel(dev: str) -> Any:
     model = nn.DataParallel(nn.Linear(3, 2))  # on one device it moves the module there
     model.module.cpu()
-    return model(torch.ones(2, 3, device=DEV))
+    return model(torch.ones(2, 3, device=dev))
 
 
-def _rows() -> dict[str, Row]:
+def _rows(dev: str, key: str, float_type: str) -> dict[str, Row]:
+    """The table for ``dev``, whose generated checks carry dispatch ``key`` and whose float
+    tensors print as ``float_type`` in conv's message."""
     x = torch.arange(5.0)
     return {
         # TensorIterator.cpp compute_types: the common device is the first non-CPU operand's
         "elementwise, cpu tensor": Row(
-            lambda: x.to(DEV) + torch.ones(5), RuntimeError, iterator(DEV, "cpu")
+            lambda: x.to(dev) + torch.ones(5), RuntimeError, iterator(dev, "cpu")
         ),
         "elementwise, device scalar with a cpu tensor": Row(
-            lambda: torch.ones(5) + torch.tensor(1.0, device=DEV),
+            lambda: torch.ones(5) + torch.tensor(1.0, device=dev),
             RuntimeError,
-            iterator(DEV, "cpu"),
+            iterator(dev, "cpu"),
         ),
         # TensorIterator.cpp compute_types: "Handles CPU scalars on CUDA kernels that support them"
         "elementwise, cpu 0-dim scalar joins": Row(
-            lambda: x.to(DEV) * torch.tensor(2.0), None, result=lambda: x * 2
+            lambda: x.to(dev) * torch.tensor(2.0), None, result=lambda: x * 2
         ),
         # native_functions.yaml mm.out "CUDA: mm_out_cuda", no NoCheck: torchgen's
         # gen_device_check (register_dispatch_key.py) checks self, mat2
         "matmul": Row(
-            lambda: torch.ones(2, 3) @ torch.ones(3, 2, device=DEV),
+            lambda: torch.ones(2, 3) @ torch.ones(3, 2, device=dev),
             RuntimeError,
-            generated("mat2", DEV, "cpu", "wrapper_PrivateUse1_mm"),
+            generated("mat2", dev, "cpu", f"wrapper_{key}_mm"),
         ),  # fmt: skip
         # linear is CompositeImplicitAutograd: addmm(bias, input, weight.t()) is checked
         "linear, cpu input": Row(
-            lambda: nn.Linear(3, 2).to(DEV)(torch.ones(4, 3)),
+            lambda: nn.Linear(3, 2).to(dev)(torch.ones(4, 3)),
             RuntimeError,
-            generated("mat1", "cpu", DEV, "wrapper_PrivateUse1_addmm"),
+            generated("mat1", "cpu", dev, f"wrapper_{key}_addmm"),
         ),  # fmt: skip
         # adaption.h check_and_update_common_device has no CPU-scalar exception
         "addmm, cpu 0-dim bias": Row(
             lambda: torch.addmm(
-                torch.tensor(1.0), torch.ones(2, 3, device=DEV), torch.ones(3, 2, device=DEV)
+                torch.tensor(1.0), torch.ones(2, 3, device=dev), torch.ones(3, 2, device=dev)
             ),
             RuntimeError,
-            generated("mat1", DEV, "cpu", "wrapper_PrivateUse1_addmm"),
+            generated("mat1", dev, "cpu", f"wrapper_{key}_addmm"),
         ),  # fmt: skip
         "bmm": Row(
-            lambda: torch.bmm(torch.ones(1, 2, 3, device=DEV), torch.ones(1, 3, 2)),
+            lambda: torch.bmm(torch.ones(1, 2, 3, device=dev), torch.ones(1, 3, 2)),
             RuntimeError,
-            generated("mat2", "cpu", DEV, "wrapper_PrivateUse1_bmm"),
+            generated("mat2", "cpu", dev, f"wrapper_{key}_bmm"),
         ),  # fmt: skip
         # native_functions.yaml cat.out: checked (the list argument is named once)
         "cat": Row(
-            lambda: torch.cat([torch.ones(2, device=DEV), torch.ones(2)]),
+            lambda: torch.cat([torch.ones(2, device=dev), torch.ones(2)]),
             RuntimeError,
-            generated("tensors", "cpu", DEV, "wrapper_PrivateUse1_cat"),
+            generated("tensors", "cpu", dev, f"wrapper_{key}_cat"),
         ),  # fmt: skip
         # index_select: "CUDA: index_select_cuda", unstructured: wrapper_CUDA__index_select
         "index_select, cpu index": Row(
-            lambda: torch.index_select(x.to(DEV), 0, torch.tensor([1, 2])),
+            lambda: torch.index_select(x.to(dev), 0, torch.tensor([1, 2])),
             RuntimeError,
-            generated("index", "cpu", DEV, "wrapper_PrivateUse1__index_select"),
+            generated("index", "cpu", dev, f"wrapper_{key}__index_select"),
         ),  # fmt: skip
         # embedding is CompositeExplicitAutograd (Embedding.cpp embedding_symint): index_select
         "embedding, cpu indices": Row(
-            lambda: nn.Embedding(10, 3).to(DEV)(torch.tensor([1, 2])),
+            lambda: nn.Embedding(10, 3).to(dev)(torch.tensor([1, 2])),
             RuntimeError,
-            generated("index", "cpu", DEV, "wrapper_PrivateUse1__index_select"),
+            generated("index", "cpu", dev, f"wrapper_{key}__index_select"),
         ),  # fmt: skip
         "layer norm, cpu input": Row(
-            lambda: nn.LayerNorm(3).to(DEV)(torch.ones(2, 3)),
+            lambda: nn.LayerNorm(3).to(dev)(torch.ones(2, 3)),
             RuntimeError,
-            generated("weight", DEV, "cpu", "wrapper_PrivateUse1__native_layer_norm"),
+            generated("weight", dev, "cpu", f"wrapper_{key}__native_layer_norm"),
         ),
         "cross entropy, cpu target": Row(
-            lambda: F.cross_entropy(torch.ones(2, 3, device=DEV), torch.tensor([0, 1])),
+            lambda: F.cross_entropy(torch.ones(2, 3, device=dev), torch.tensor([0, 1])),
             RuntimeError,
-            generated("target", "cpu", DEV, "wrapper_PrivateUse1_nll_loss_forward"),
+            generated("target", "cpu", dev, f"wrapper_{key}_nll_loss_forward"),
         ),  # fmt: skip
         # TensorAdvancedIndexing.cpp check_indices_on_cpu_or_selfdevice (index.Tensor's meta)
         "x[cpu index]": Row(
-            lambda: x.to(DEV)[torch.tensor([3, 1])], None, result=lambda: x[torch.tensor([3, 1])]
+            lambda: x.to(dev)[torch.tensor([3, 1])], None, result=lambda: x[torch.tensor([3, 1])]
         ),
-        "x[cpu mask]": Row(lambda: x.to(DEV)[x > 2], None, result=lambda: x[x > 2]),
+        "x[cpu mask]": Row(lambda: x.to(dev)[x > 2], None, result=lambda: x[x > 2]),
         "cpu x[device index]": Row(
-            lambda: x[torch.tensor([1], device=DEV)],
+            lambda: x[torch.tensor([1], device=dev)],
             IndexError,
             "indices should be either on cpu or on the same device as the indexed tensor (cpu)",
         ),  # fmt: skip
         # TensorAdvancedIndexing.cpp _index_put_impl_: indices go to self's device (make_info),
         # a 0-dim value too; other values meet TensorIterator (make_index_put_iterator)
         "index_put_, cpu indices": Row(
-            lambda: _index_put(torch.ones(2, device=DEV)),
+            lambda: _index_put(dev, torch.ones(2, device=dev)),
             None,
             result=lambda: torch.tensor([0.0, 1, 0, 1, 0]),
         ),  # fmt: skip
         "x[cpu index] = cpu scalar": Row(
-            _set_item, None, result=lambda: torch.tensor([0.0, 7, 0, 7, 0])
+            lambda: _set_item(dev), None, result=lambda: torch.tensor([0.0, 7, 0, 7, 0])
         ),
         "index_put_, cpu values": Row(
-            lambda: _index_put(torch.ones(2)), RuntimeError, iterator(DEV, "cpu")
+            lambda: _index_put(dev, torch.ones(2)), RuntimeError, iterator(dev, "cpu")
         ),
         # _index_put_impl_'s CUDA branch (accumulate or deterministic: index_put_with_sort_stub)
         "index_put_ accumulate, cpu values": Row(
-            lambda: _index_put(torch.ones(2), accumulate=True),
+            lambda: _index_put(dev, torch.ones(2), accumulate=True),
             RuntimeError,
-            f"expected device {DEV} but got device cpu for value tensor",
+            f"expected device {dev} but got device cpu for value tensor",
         ),  # fmt: skip
         # Convolution.cpp check_input_same_type_as_parameters (the mkldnn wording when the
         # input's backend is mkldnn: a CPU input); type names are TensorBase::toString() as
         # torch/csrc/Exceptions.cpp processErrorMsg leaves them
         "conv, cpu input": Row(
-            lambda: nn.Conv2d(3, 4, 3).to(DEV)(torch.ones(16, 3, 8, 8)),
+            lambda: nn.Conv2d(3, 4, 3).to(dev)(torch.ones(16, 3, 8, 8)),
             RuntimeError,
-            "Input type (torch.FloatTensor) and weight type (simdevFloatType) should be the same "
+            f"Input type (torch.FloatTensor) and weight type ({float_type}) should be the same "
             "or input should be a MKLDNN tensor and weight is a dense tensor",
         ),  # fmt: skip
         "conv, cpu weight": Row(
-            lambda: nn.Conv2d(3, 4, 3)(torch.ones(1, 3, 8, 8, device=DEV)),
+            lambda: nn.Conv2d(3, 4, 3)(torch.ones(1, 3, 8, 8, device=dev)),
             RuntimeError,
-            "Input type (simdevFloatType) and weight type (torch.FloatTensor) should be the same",
+            f"Input type ({float_type}) and weight type (torch.FloatTensor) should be the same",
         ),  # fmt: skip
         "conv, cpu bias": Row(
             lambda: F.conv2d(
-                torch.ones(1, 1, 5, 5, device=DEV),
-                torch.ones(1, 1, 3, 3, device=DEV),
+                torch.ones(1, 1, 5, 5, device=dev),
+                torch.ones(1, 1, 3, 3, device=dev),
                 torch.ones(1),
             ),
             RuntimeError,
-            "Input type (simdevFloatType) and bias type (torch.FloatTensor) should be the same",
+            f"Input type ({float_type}) and bias type (torch.FloatTensor) should be the same",
         ),
         # RNN.h check_attributes (hidden states first, then parameters), from RNN.cpp's lstm/gru
         "lstm, cpu input": Row(
-            lambda: nn.LSTM(3, 4).to(DEV)(torch.ones(2, 1, 3)),
+            lambda: nn.LSTM(3, 4).to(dev)(torch.ones(2, 1, 3)),
             RuntimeError,
             "Input and parameter tensors are not at the same device, found input tensor at cpu "
-            f"and parameter tensor at {DEV}",
+            f"and parameter tensor at {dev}",
         ),  # fmt: skip
         "lstm, cpu hidden state": Row(
-            lambda: nn.LSTM(3, 4).to(DEV)(
-                torch.ones(2, 1, 3, device=DEV), (torch.zeros(1, 1, 4), torch.zeros(1, 1, 4))
+            lambda: nn.LSTM(3, 4).to(dev)(
+                torch.ones(2, 1, 3, device=dev), (torch.zeros(1, 1, 4), torch.zeros(1, 1, 4))
             ),
             RuntimeError,
-            f"Input and hidden tensors are not at the same device, found input tensor at {DEV} "
+            f"Input and hidden tensors are not at the same device, found input tensor at {dev} "
             "and hidden tensor at cpu",
         ),
         # torch/nn/parallel/data_parallel.py:178-184 (DataParallel.forward)
         "DataParallel, parameters moved off": Row(
             _data_parallel,
             RuntimeError,
-            f"module must have its parameters and buffers on device {DEV} (device_ids[0]) but "
+            f"module must have its parameters and buffers on device {dev} (device_ids[0]) but "
             "found one of them on device: cpu",
         ),  # fmt: skip
         # Copy.cpp copy_: the one operator made to cross devices
         "copy_ across devices": Row(
-            lambda: torch.zeros(5, device=DEV).copy_(x), None, result=lambda: x
+            lambda: torch.zeros(5, device=dev).copy_(x), None, result=lambda: x
         ),
     }
 
 
-ROWS = _rows()
+FAMILIES = list(_rows(DEV, "PrivateUse1", "simdevFloatType"))
 
 
-@pytest.mark.simulated
-@pytest.mark.parametrize("family", list(ROWS))
-def test_each_family_does_what_cuda_does(simulated_device: str, family: str) -> None:
-    assert simulated_device == DEV
-    row = ROWS[family]
+def _check(row: Row, device: str) -> None:
     if row.error is None:
         out = row.run()
-        assert str(out.device) == DEV
+        assert str(out.device) == device
         assert row.result is not None and torch.equal(out.cpu(), row.result())
         return
     with pytest.raises(row.error) as raised:
         row.run()
     assert str(raised.value).splitlines()[0] == row.message
+
+
+@pytest.mark.simulated
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_does_what_cuda_does(simulated_device: str, family: str) -> None:
+    assert simulated_device == DEV
+    _check(_rows(DEV, "PrivateUse1", "simdevFloatType")[family], DEV)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_table_is_what_cuda_itself_does(family: str) -> None:
+    """The same rows on a GPU, with CUDA's names: the table is CUDA's behaviour, not a guess."""
+    _check(_rows("cuda:0", "CUDA", "torch.cuda.FloatTensor")[family], "cuda:0")
 
 
 @pytest.mark.simulated
