@@ -204,7 +204,7 @@ def _rows(dev: str, key: str, float_type: str) -> dict[str, Row]:
         ),
         # torch/nn/parallel/data_parallel.py:178-184 (DataParallel.forward)
         "DataParallel, parameters moved off": Row(
-            _data_parallel,
+            lambda: _data_parallel(dev),
             RuntimeError,
             f"module must have its parameters and buffers on device {dev} (device_ids[0]) but "
             "found one of them on device: cpu",
