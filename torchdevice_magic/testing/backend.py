@@ -35,7 +35,7 @@ from __future__ import annotations
 import traceback
 from typing import Any, SupportsIndex
 
-from .cuda_rules import device_error
+from .cuda_rules import accepts_cpu_scalars, device_error
 
 DEVICE_TYPE = "simdev"
 
@@ -267,10 +267,11 @@ class _Call:
     Arguments are walked directly (tensors, devices, and the lists/tuples aten takes), not with
     pytree: this runs for every operator and pytree was three quarters of its cost."""
 
-    __slots__ = ("devices", "hosts", "host_args")
+    __slots__ = ("devices", "cpu_scalars", "hosts", "host_args")
 
     def __init__(self) -> None:
-        self.devices: set[Any] = set()  # the devices of the tensor arguments
+        self.devices: set[Any] = set()  # the devices of the tensor arguments but CPU scalars
+        self.cpu_scalars = False  # whether a 0-dim CPU tensor was passed
         self.hosts: dict[int, Any] = {}  # id(host values) -> the simulated tensor they back
         self.host_args: set[int] = set()  # ids of CPU tensors passed in
 
@@ -284,7 +285,10 @@ class _Call:
                 self.devices.add(value.device)
                 return host
             self.host_args.add(id(value))
-            self.devices.add(value.device)
+            if value.device.type == "cpu" and value.dim() == 0:
+                self.cpu_scalars = True
+            else:
+                self.devices.add(value.device)
             return value
         if isinstance(value, (list, tuple)):
             return type(value)(self.unwrap(item) for item in value)
@@ -338,7 +342,10 @@ def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
     call = _Call()
     host_args = [call.unwrap(a) for a in args]
     host_kwargs = {key: call.unwrap(value) for key, value in kwargs.items()}
-    if len(call.devices) > 1 and name not in _CROSS_DEVICE_OPS:
+    mixed = len(call.devices) > 1 or (
+        call.cpu_scalars and call.devices and not accepts_cpu_scalars(op)
+    )
+    if mixed and name not in _CROSS_DEVICE_OPS:
         error = device_error(op, args, kwargs)  # None for the mixes CUDA accepts
         if error is not None:
             raise error

@@ -70,6 +70,13 @@ def device_error(
     return None
 
 
+@functools.cache
+def accepts_cpu_scalars(op: Any) -> bool:
+    """Whether ``op`` on the accelerator takes 0-dim CPU tensors along (every operator but those
+    with a generated check: TensorIterator's, indexing's and composite kernels' rules do)."""
+    return generated_check(op.name(), op._overloadname) is None
+
+
 def _check_devices(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     name = op.name()
     bound = _bind(op, args, kwargs)
