@@ -140,6 +140,20 @@ def _native_functions() -> dict[str, dict[str, Any]]:
     return {entry["func"].partition("(")[0]: entry for entry in entries}
 
 
+def _entry(name: str, overload: str) -> dict[str, Any] | None:
+    """The ``native_functions.yaml`` entry of an aten operator (``OpOverload.name()`` and
+    ``_overloadname``), or None (another namespace, or no PyYAML/torchgen to read it with)."""
+    namespace, _, base = name.partition("::")
+    if namespace != "aten":
+        return None
+    try:
+        functions = _native_functions()
+    except (ImportError, OSError):
+        return None
+    key = base if overload in ("", "default") else f"{base.partition('.')[0]}.{overload}"
+    return functions.get(key)
+
+
 def _dispatch_keys(entry: dict[str, Any]) -> set[str]:
     keys: set[str] = set()
     for names in entry.get("dispatch") or {}:
@@ -151,16 +165,10 @@ def _dispatch_keys(entry: dict[str, Any]) -> set[str]:
 def generated_check(name: str, overload: str) -> tuple[str, tuple[str, ...]] | None:
     """(wrapper name, arguments checked in order) of the device check torchgen generates for
     the CUDA kernel of ``aten::name.overload``, or None when it generates none."""
-    try:
-        functions = _native_functions()
-    except (ImportError, OSError):
+    entry = _entry(name, overload)
+    if entry is None or entry.get("device_check") == "NoCheck":
         return None
-    namespace, _, base = name.partition("::")
-    key = base if overload in ("", "default") else f"{base.partition('.')[0]}.{overload}"
-    entry = functions.get(key)
-    if namespace != "aten" or entry is None or entry.get("device_check") == "NoCheck":
-        return None
-    delegate = functions.get(entry.get("structured_delegate", ""), {})
+    delegate = _native_functions().get(entry.get("structured_delegate", ""), {})
     if "CUDA" not in _dispatch_keys(entry) | _dispatch_keys(delegate):
         return None
     from torchgen.api.types import (  # type: ignore[import-untyped]  # torch's code generator
@@ -302,16 +310,16 @@ def _check_convolution(bound: dict[str, Any]) -> None:
 # Operators whose only kernel is composite
 
 
+_COMPOSITE_KEYS = frozenset(("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional"))
+
+
 @functools.cache
 def _has_only_composite_kernel(name: str, overload: str) -> bool:
-    import torch
-
-    full = name if overload in ("", "default") else f"{name}.{overload}"
-    try:
-        has = torch._C._dispatch_has_kernel_for_dispatch_key
-        return bool(has(full, "CompositeExplicitAutograd") and not has(full, "CUDA"))
-    except RuntimeError:
+    entry = _entry(name, overload)
+    if entry is None:
         return False
+    keys = _dispatch_keys(entry)
+    return bool(keys & _COMPOSITE_KEYS) and "CUDA" not in keys
 
 
 def _run_composite_kernel(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
