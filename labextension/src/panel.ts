@@ -14,9 +14,9 @@
 
 import { Widget } from '@lumino/widgets';
 
-import { ConnectionState, DeviceConnection } from './connection';
 import { IAction, IDeviceBar, IHeader, IRow, IWindowSpec } from './protocol';
 import { TimelineChart } from './timeline';
+import type { ConnectionState, IDeviceSource } from './tokens';
 import { IMirror, orderedRows } from './window';
 
 export const PAGE_SIZE = 200;
@@ -109,8 +109,8 @@ export class DevicePanel extends Widget {
     this._render();
   }
 
-  /** The connection shown, or null when no notebook is open. */
-  get connection(): DeviceConnection | null {
+  /** The notebook's devices shown (any IDeviceSource), or null when no notebook is open. */
+  get connection(): IDeviceSource | null {
     return this._connection;
   }
 
@@ -126,7 +126,7 @@ export class DevicePanel extends Widget {
   }
 
   /** Show `connection` (one notebook's), labelled `label`; null: no notebook. */
-  setConnection(connection: DeviceConnection | null, label = ''): void {
+  setConnection(connection: IDeviceSource | null, label = ''): void {
     if (this._connection !== connection) {
       this._connection?.changed.disconnect(this._render, this);
       this._connection = connection;
@@ -559,7 +559,7 @@ export class DevicePanel extends Widget {
     this._ask({ sort: key, reverse, offset: 0 });
   }
 
-  private _connection: DeviceConnection | null = null;
+  private _connection: IDeviceSource | null = null;
   private _rowsView: IMirror | null = null;
   private _drawn = new Map<string, IRow>();
   private _targetsKey = '';
