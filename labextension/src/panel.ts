@@ -35,8 +35,9 @@ interface IColumn {
   className: string;
 }
 
-// Name and size first, never cut: they are what a narrow sidebar must show.
-// The name column sticks to the left edge when the table scrolls sideways.
+// Name and size first, never cut: they are what a narrow sidebar must show,
+// with the device (its column, or a chip by the name where the column gives
+// way). The name column sticks to the left edge when the table scrolls sideways.
 const COLUMNS: IColumn[] = [
   { key: 'name', label: 'Name', sort: 'name', className: `${CLASS}-cell-name` },
   { key: 'size', label: 'Size', sort: 'size', className: `${CLASS}-cell-size` },
@@ -509,7 +510,11 @@ export class DevicePanel extends Widget {
       tr.title = row.status;
     }
     const name = el('td', `${CLASS}-cell-name`);
-    name.append(el('span', `${CLASS}-name`, row.name));
+    // The device is never hidden: where the Device column gives way to a
+    // narrow sidebar, this chip by the name shows it (style/base.css).
+    const chip = el('span', `${CLASS}-deviceChip`, row.device);
+    chip.dataset.device = row.device;
+    name.append(el('span', `${CLASS}-name`, row.name), chip);
     name.title = [row.name, `${row.type} (${row.kind}) on ${row.device}`, row.status]
       .filter(Boolean)
       .join('\n');
