@@ -15,65 +15,40 @@
  */
 
 import type { ISessionContext } from '@jupyterlab/apputils';
-import { ISignal, Signal } from '@lumino/signaling';
+import { Signal } from '@lumino/signaling';
 
 import { oneLine } from './format';
 import { DropReason, IKernelChannelOptions, KernelChannel } from './kernel';
 import {
   FromKernel,
-  IOutcome,
   IReplyMessage,
   IWindowSpec,
   PROTOCOL_NAME,
-  PROTOCOL_VERSION,
-  ToKernel
+  PROTOCOL_VERSION
 } from './protocol';
+import {
+  DEFAULT_SPEC,
+  moveRequest,
+  PendingRequests,
+  refreshRequest,
+  replyLine,
+  Request,
+  undoRequest,
+  windowRequest
+} from './requests';
 import { ITimelineMessage, timelineProblem } from './timeline';
 import type { ConnectionState, IDeviceSource, IStatusLine, StatusKind } from './tokens';
 import { messageProblem } from './validate';
 import { applyDelta, fromView, IMirror } from './window';
-
-type Request = ToKernel;
-
-function envelope<T extends Request['type']>(type: T, fields: Record<string, unknown>): Request {
-  return { protocol: PROTOCOL_NAME, version: PROTOCOL_VERSION, type, ...fields } as Request;
-}
-
-export function refreshRequest(requestId: string): Request {
-  return envelope('refresh', { request_id: requestId });
-}
-
-export function undoRequest(requestId: string): Request {
-  return envelope('undo', { request_id: requestId });
-}
-
-export function moveRequest(requestId: string, device: string, names: string[] | null): Request {
-  return envelope('move', { request_id: requestId, device, names });
-}
-
-export function windowRequest(requestId: string, spec: IWindowSpec): Request {
-  return envelope('window', { request_id: requestId, spec });
-}
-
-/** The window the kernel sends first: the 200 biggest rows. */
-export const DEFAULT_SPEC: IWindowSpec = {
-  sort: 'size',
-  reverse: false,
-  filter: '',
-  offset: 0,
-  limit: 200,
-  target: null
-};
 
 export type IConnectionOptions = IKernelChannelOptions;
 
 export class DeviceConnection implements IDeviceSource {
   constructor(sessionContext: ISessionContext, options: IConnectionOptions = {}) {
     this._sessionContext = sessionContext;
-    this._clientId = Math.random().toString(36).slice(2, 10);
     const channel = new KernelChannel(sessionContext, options);
     this._channel = channel;
-    channel.changed.connect(() => this._changed.emit(), this);
+    channel.changed.connect(() => this.changed.emit(), this);
     channel.news.connect((_, line) => this._setStatus(line.message, line.kind), this);
     channel.dataReceived.connect((_, data) => this._onData(data), this);
     channel.kernelOpened.connect((_, data) => this._onKernelOpened(data), this);
@@ -88,9 +63,7 @@ export class DeviceConnection implements IDeviceSource {
    * Every checked message from the kernel, whatever its type: parts that add a
    * message type to protocol.py (a timeline, a rerun) listen here.
    */
-  get messageReceived(): ISignal<this, FromKernel> {
-    return this._messageReceived;
-  }
+  readonly messageReceived = new Signal<this, FromKernel>(this);
 
   /** Send a request of a type another part added to protocol.py; its reply ends it. */
   send(type: string, fields: Record<string, unknown>): string | null {
@@ -98,21 +71,17 @@ export class DeviceConnection implements IDeviceSource {
       protocol: PROTOCOL_NAME,
       version: PROTOCOL_VERSION,
       type,
-      request_id: this._nextId(),
+      request_id: this._pending.nextId(),
       ...fields
     } as unknown as Request;
     return this._request(request, null);
   }
 
   /** The kernel asks the notebook to run a cell again (the id of the cell). */
-  get rerunRequested(): ISignal<this, string> {
-    return this._rerunRequested;
-  }
+  readonly rerunRequested = new Signal<this, string>(this);
 
   /** Emitted whenever anything the panel shows has changed. */
-  get changed(): ISignal<this, void> {
-    return this._changed;
-  }
+  readonly changed = new Signal<this, void>(this);
 
   get state(): ConnectionState {
     return this._channel.state;
@@ -145,12 +114,7 @@ export class DeviceConnection implements IDeviceSource {
 
   /** A move or undo was sent and its reply has not come yet. */
   get actionPending(): boolean {
-    for (const request of this._pending.values()) {
-      if (request.type === 'move' || request.type === 'undo') {
-        return true;
-      }
-    }
-    return false;
+    return this._pending.actionPending;
   }
 
   /** A comm is open, so requests can be sent. */
@@ -173,13 +137,13 @@ export class DeviceConnection implements IDeviceSource {
   }
 
   refresh(): string | null {
-    return this._request(refreshRequest(this._nextId()), null);
+    return this._request(refreshRequest(this._pending.nextId()), null);
   }
 
   /** Ask the kernel for another window (sort, filter, page or target changed). */
   requestWindow(spec: IWindowSpec): string | null {
     this._spec = spec;
-    return this._request(windowRequest(this._nextId(), spec), null);
+    return this._request(windowRequest(this._pending.nextId(), spec), null);
   }
 
   /** The window this sidebar wants (the kernel's first window until it asks for another). */
@@ -192,13 +156,13 @@ export class DeviceConnection implements IDeviceSource {
     const what =
       names === null ? 'everything' : names.length === 1 ? names[0] : `${names.length} objects`;
     return this._request(
-      moveRequest(this._nextId(), device, names),
+      moveRequest(this._pending.nextId(), device, names),
       `Moving ${what} to ${device}…`
     );
   }
 
   undo(): string | null {
-    return this._request(undoRequest(this._nextId()), 'Undoing the last move…');
+    return this._request(undoRequest(this._pending.nextId()), 'Undoing the last move…');
   }
 
   /** Run `%load_ext torchdevice_magic` in the kernel, then connect. */
@@ -228,7 +192,9 @@ export class DeviceConnection implements IDeviceSource {
       return;
     }
     this._channel.markConnecting();
-    this._channel.send(refreshRequest(this._nextId()) as unknown as Record<string, unknown>);
+    this._channel.send(
+      refreshRequest(this._pending.nextId()) as unknown as Record<string, unknown>
+    );
   }
 
   private _onDropped(reason: DropReason): void {
@@ -258,7 +224,7 @@ export class DeviceConnection implements IDeviceSource {
       // every kernel message is numbered in the comm's sequence: the next delta's base
       this._view = { ...this._view, seq: message.seq };
     }
-    this._messageReceived.emit(message);
+    this.messageReceived.emit(message);
     switch (message.type) {
       case 'view':
         this.received.view += 1;
@@ -282,12 +248,12 @@ export class DeviceConnection implements IDeviceSource {
         // the memory chart's rows (timeline.ts); rows it cannot draw are dropped
         if (timelineProblem(message) === null) {
           this._timeline = message as unknown as ITimelineMessage;
-          this._changed.emit();
+          this.changed.emit();
         }
         break;
       case 'rerun':
         if (message.cell_id.length > 0) {
-          this._rerunRequested.emit(message.cell_id);
+          this.rerunRequested.emit(message.cell_id);
         }
         break;
       case 'unloaded':
@@ -296,7 +262,7 @@ export class DeviceConnection implements IDeviceSource {
         this._forgetSnapshot();
         this._pending.clear();
         this._status = null;
-        this._changed.emit();
+        this.changed.emit();
         break;
     }
   }
@@ -323,30 +289,20 @@ export class DeviceConnection implements IDeviceSource {
       }
     }
     this._channel.markReady();
-    this._changed.emit();
+    this.changed.emit();
   }
 
   private _onReply(reply: IReplyMessage): void {
-    const request = this._pending.get(reply.request_id);
-    this._pending.delete(reply.request_id);
-    const outcome: IOutcome | null = reply.outcome ?? null;
-    if (outcome) {
-      this._replyActionKey = JSON.stringify(outcome);
+    const request = this._pending.take(reply.request_id);
+    if (reply.outcome) {
+      this._replyActionKey = JSON.stringify(reply.outcome);
     }
-    let message = oneLine(reply.message || outcome?.message || '');
-    if (outcome && outcome.skipped.length > 0) {
-      // skip reasons with the result, in words
-      const shown = outcome.skipped.slice(0, 3).map(s => `${s.name}: ${s.reason}`);
-      const more = outcome.skipped.length > 3 ? ` (+${outcome.skipped.length - 3} more)` : '';
-      message += ` — skipped ${shown.join('; ')}${more}`;
-    }
-    if (!reply.ok || outcome?.ok === false) {
-      this._setStatus(message || 'The kernel refused the request', 'error');
-    } else if (outcome || (request && (request.type === 'move' || request.type === 'undo'))) {
-      this._setStatus(message || 'Done', 'ok');
+    const line = replyLine(reply, request);
+    if (line) {
+      this._setStatus(line.message, line.kind);
     } else {
       // A refresh's or a window's view speaks for itself; keep the earlier news.
-      this._changed.emit();
+      this.changed.emit();
     }
   }
 
@@ -358,13 +314,13 @@ export class DeviceConnection implements IDeviceSource {
     if (!this._channel.send(request as unknown as Record<string, unknown>)) {
       return null;
     }
-    this._pending.set((request as { request_id: string }).request_id, request);
+    const id = this._pending.add(request);
     if (pendingMessage) {
       this._setStatus(pendingMessage, 'info');
     } else {
-      this._changed.emit();
+      this.changed.emit();
     }
-    return (request as { request_id: string }).request_id;
+    return id;
   }
 
   // ---- small helpers --------------------------------------------------------
@@ -377,12 +333,7 @@ export class DeviceConnection implements IDeviceSource {
 
   private _setStatus(message: string, kind: StatusKind): void {
     this._status = { message: oneLine(message), kind };
-    this._changed.emit();
-  }
-
-  private _nextId(): string {
-    this._counter += 1;
-    return `tdm-${this._clientId}-${this._counter}`;
+    this.changed.emit();
   }
 
   private _sessionContext: ISessionContext;
@@ -395,11 +346,6 @@ export class DeviceConnection implements IDeviceSource {
   private _snapshotActionKey: string | null | undefined = undefined;
   /** The outcome of the last reply shown. */
   private _replyActionKey: string | null = null;
-  private _pending = new Map<string, Request>();
-  private _counter = 0;
-  private _clientId: string;
+  private _pending = new PendingRequests();
   private _isDisposed = false;
-  private _changed = new Signal<this, void>(this);
-  private _messageReceived = new Signal<this, FromKernel>(this);
-  private _rerunRequested = new Signal<this, string>(this);
 }

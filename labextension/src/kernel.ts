@@ -16,7 +16,7 @@
 
 import type { ISessionContext } from '@jupyterlab/apputils';
 import type { Kernel, KernelMessage } from '@jupyterlab/services';
-import { ISignal, Signal } from '@lumino/signaling';
+import { Signal } from '@lumino/signaling';
 
 import { oneLine } from './format';
 import { COMM_TARGET } from './protocol';
@@ -49,36 +49,34 @@ type Comm = Kernel.IComm;
 export class KernelChannel {
   constructor(sessionContext: ISessionContext, options: IKernelChannelOptions = {}) {
     this._sessionContext = sessionContext;
-    this._busyDelayMs = options.busyDelayMs ?? 300;
+    this._busy = new BusyFlag(
+      options.busyDelayMs ?? 300,
+      () => this._kernel?.status === 'busy',
+      () => this.changed.emit()
+    );
+    this._slot = new CommSlot(
+      data => {
+        if (!this._isDisposed) {
+          this.dataReceived.emit(data);
+        }
+      },
+      () => this._onCommClosed()
+    );
     sessionContext.kernelChanged.connect(this._onKernelChanged, this);
     sessionContext.statusChanged.connect(this._onStatusChanged, this);
     this._attach(sessionContext.session?.kernel ?? null);
   }
 
   /** The state, the busy flag or the language changed. */
-  get changed(): ISignal<this, void> {
-    return this._changed;
-  }
-
+  readonly changed = new Signal<this, void>(this);
   /** Data arrived on the current comm (unchecked: connection.ts checks it). */
-  get dataReceived(): ISignal<this, unknown> {
-    return this._dataReceived;
-  }
-
+  readonly dataReceived = new Signal<this, unknown>(this);
   /** The kernel opened a comm to us; its opening data (unchecked). */
-  get kernelOpened(): ISignal<this, unknown> {
-    return this._kernelOpened;
-  }
-
+  readonly kernelOpened = new Signal<this, unknown>(this);
   /** The comm went away (see DropReason); requests in flight on it are lost. */
-  get dropped(): ISignal<this, DropReason> {
-    return this._dropped;
-  }
-
+  readonly dropped = new Signal<this, DropReason>(this);
   /** A line for the status line: loading, or something that went wrong. */
-  get news(): ISignal<this, IStatusLine> {
-    return this._news;
-  }
+  readonly news = new Signal<this, IStatusLine>(this);
 
   /** Every state but 'ready', which the connection sets when a window arrives. */
   get state(): ConnectionState {
@@ -86,7 +84,7 @@ export class KernelChannel {
   }
 
   get busy(): boolean {
-    return this._busy;
+    return this._busy.value;
   }
 
   get language(): string | null {
@@ -95,11 +93,7 @@ export class KernelChannel {
 
   /** A comm is open, so data can be sent. */
   get connected(): boolean {
-    return this._comm !== null;
-  }
-
-  get isDisposed(): boolean {
-    return this._isDisposed;
+    return this._slot.comm !== null;
   }
 
   /**
@@ -137,13 +131,8 @@ export class KernelChannel {
 
   /** Put `data` on the comm; false (and news saying why) when it cannot go. */
   send(data: Record<string, unknown>): boolean {
-    const comm = this._comm;
-    if (!comm) {
-      return false;
-    }
     try {
-      comm.send({ ...data } as Parameters<Comm['send']>[0]);
-      return true;
+      return this._slot.send(data);
     } catch (error) {
       this._tell(`Could not send to the kernel: ${describeError(error)}`, 'error');
       return false;
@@ -159,14 +148,9 @@ export class KernelChannel {
     this._wanted = true;
     this._setState('loading');
     this._tell('Loading torchdevice_magic in this kernel…', 'info');
-    let reply: KernelMessage.IExecuteReplyMsg;
+    let why: string | null;
     try {
-      const future = kernel.requestExecute({
-        code: LOAD_CODE,
-        silent: true,
-        store_history: false
-      });
-      reply = await future.done;
+      why = await runLoad(kernel);
     } catch (error) {
       if (kernel === this._kernel && this._stillLoading()) {
         this._setState('not-loaded');
@@ -177,15 +161,10 @@ export class KernelChannel {
     if (kernel !== this._kernel || this._isDisposed) {
       return;
     }
-    const content = reply.content;
-    if (content.status !== 'ok') {
+    if (why !== null) {
       if (this._stillLoading()) {
         this._setState('not-loaded');
       }
-      const why =
-        content.status === 'error'
-          ? oneLine(`${content.ename}: ${content.evalue}`)
-          : 'the kernel aborted the request';
       this._tell(`Could not load torchdevice_magic: ${why}`, 'error');
       return;
     }
@@ -229,7 +208,7 @@ export class KernelChannel {
     kernel.registerCommTarget(COMM_TARGET, this._onCommOpened);
     this._setState(kernel.status === 'dead' ? 'dead' : 'starting');
     if (kernel.status === 'busy') {
-      this._scheduleBusy();
+      this._busy.schedule();
     }
     void this._checkLanguage(kernel, this._generation);
   }
@@ -243,41 +222,27 @@ export class KernelChannel {
     this._kernel = null;
     this._language = null;
     this._languageOk = false;
-    this._setBusy(false);
+    this._busy.set(false);
   }
 
   private async _checkLanguage(
     kernel: Kernel.IKernelConnection,
     generation: number
   ): Promise<void> {
-    let language: string | null = null;
-    try {
-      const spec = await kernel.spec;
-      language = spec?.language || null;
-    } catch {
-      // fall back to the kernel's own info below
-    }
-    if (!language) {
-      try {
-        const info = await kernel.info;
-        language = info.language_info?.name || null;
-      } catch {
-        language = null;
-      }
-    }
+    const language = await kernelLanguage(kernel);
     if (generation !== this._generation || this._isDisposed) {
       return;
     }
     this._language = language;
     // An unknown language is given the benefit of the doubt: the probe is
     // harmless, and a kernel without the target just closes the comm.
-    if (language !== null && !isPythonLanguage(language) && !this._comm) {
+    if (language !== null && !isPythonLanguage(language) && !this._slot.comm) {
       this._setState('not-python');
       return;
     }
     this._languageOk = true;
     this._maybeProbe();
-    this._changed.emit();
+    this.changed.emit();
   }
 
   private _onStatusChanged(_sender: ISessionContext, status: Kernel.Status): void {
@@ -286,10 +251,10 @@ export class KernelChannel {
     }
     switch (status) {
       case 'busy':
-        this._scheduleBusy();
+        this._busy.schedule();
         break;
       case 'idle':
-        this._setBusy(false);
+        this._busy.set(false);
         if (this._state === 'restarting' || this._state === 'dead') {
           this._setState('starting');
         }
@@ -297,45 +262,16 @@ export class KernelChannel {
         break;
       case 'restarting':
       case 'autorestarting':
+      case 'dead': {
         // JupyterLab disposes every comm on restart without calling onClose.
-        this._dropComm(false, 'restarting');
-        this._setBusy(false);
-        this._setState('restarting');
+        const state = status === 'dead' ? 'dead' : 'restarting';
+        this._dropComm(false, state);
+        this._busy.set(false);
+        this._setState(state);
         break;
-      case 'dead':
-        this._dropComm(false, 'dead');
-        this._setBusy(false);
-        this._setState('dead');
-        break;
+      }
       default:
         break;
-    }
-  }
-
-  private _scheduleBusy(): void {
-    if (this._busy || this._busyTimer !== null) {
-      return;
-    }
-    if (this._busyDelayMs <= 0) {
-      this._setBusy(true);
-      return;
-    }
-    this._busyTimer = setTimeout(() => {
-      this._busyTimer = null;
-      if (this._kernel?.status === 'busy') {
-        this._setBusy(true);
-      }
-    }, this._busyDelayMs);
-  }
-
-  private _setBusy(busy: boolean): void {
-    if (this._busyTimer !== null) {
-      clearTimeout(this._busyTimer);
-      this._busyTimer = null;
-    }
-    if (this._busy !== busy) {
-      this._busy = busy;
-      this._changed.emit();
     }
   }
 
@@ -343,7 +279,7 @@ export class KernelChannel {
 
   private _maybeProbe(): void {
     const kernel = this._kernel;
-    if (!kernel || !this._wanted || !this._languageOk || this._comm || this._isDisposed) {
+    if (!kernel || !this._wanted || !this._languageOk || this._slot.comm || this._isDisposed) {
       return;
     }
     // "not loaded" is an answer; ask again only when the user loads it.
@@ -354,23 +290,15 @@ export class KernelChannel {
     if (status === 'dead' || status === 'restarting' || status === 'autorestarting') {
       return;
     }
-    let comm: Comm;
-    try {
-      comm = kernel.createComm(COMM_TARGET);
-    } catch (error) {
-      this._tell(`Could not open a comm to the kernel: ${describeError(error)}`, 'error');
+    const failed = this._slot.probe(kernel);
+    if (failed === null) {
+      this._setState('connecting');
       return;
     }
-    this._useComm(comm);
-    this._setState('connecting');
-    try {
-      // opening is the request: the kernel answers with its first window
-      comm.open({});
-    } catch (error) {
-      this._dropComm(false, null);
+    if (failed.opened) {
       this._setState('not-loaded');
-      this._tell(`Could not open a comm to the kernel: ${describeError(error)}`, 'error');
     }
+    this._tell(`Could not open a comm to the kernel: ${describeError(failed.error)}`, 'error');
   }
 
   /** The kernel opened a comm to us (it ran `%load_ext torchdevice_magic`). */
@@ -380,26 +308,11 @@ export class KernelChannel {
       return;
     }
     this._languageOk = true;
-    this._useComm(comm);
-    this._kernelOpened.emit(msg.content.data);
-  };
-
-  /** Make `comm` the one channel; close the one it replaces. */
-  private _useComm(comm: Comm): void {
-    if (this._comm === comm) {
-      return;
+    if (this._slot.use(comm)) {
+      this.dropped.emit('replaced'); // the one it replaced is closed
     }
-    this._dropComm(true, 'replaced');
-    this._comm = comm;
-    comm.onMsg = msg => {
-      if (comm === this._comm && !this._isDisposed) {
-        this._dataReceived.emit(msg.content.data);
-      }
-    };
-    comm.onClose = () => {
-      this._onCommClosed(comm);
-    };
-  }
+    this.kernelOpened.emit(msg.content.data);
+  };
 
   /**
    * Forget the current comm and say why (`reason`; null: nobody needs to
@@ -407,31 +320,16 @@ export class KernelChannel {
    * is already gone (restart, dead kernel).
    */
   private _dropComm(close: boolean, reason: DropReason | null): void {
-    const comm = this._comm;
-    this._comm = null;
-    if (comm) {
-      comm.onMsg = () => undefined;
-      comm.onClose = () => undefined;
-      if (close && !comm.isDisposed) {
-        try {
-          comm.close();
-        } catch {
-          // the kernel is gone; nothing to tell it
-        }
-      }
-    }
+    this._slot.drop(close);
     // losing the kernel or a restart makes the window stale even with no comm open
-    if (reason !== null && (comm || reason !== 'replaced')) {
-      this._dropped.emit(reason);
+    if (reason !== null) {
+      this.dropped.emit(reason);
     }
   }
 
-  private _onCommClosed(comm: Comm): void {
-    if (comm !== this._comm) {
-      return;
-    }
-    this._comm = null;
-    this._dropped.emit('closed');
+  /** The kernel closed the comm (no such target, or it went away). */
+  private _onCommClosed(): void {
+    this.dropped.emit('closed');
     const status = this._kernel?.status;
     if (status === 'restarting' || status === 'autorestarting' || status === 'dead') {
       return;
@@ -451,31 +349,186 @@ export class KernelChannel {
   private _setState(state: ConnectionState): void {
     if (this._state !== state) {
       this._state = state;
-      this._changed.emit();
+      this.changed.emit();
     }
   }
 
   private _tell(message: string, kind: StatusKind): void {
-    this._news.emit({ message, kind });
+    this.news.emit({ message, kind });
   }
 
   private _sessionContext: ISessionContext;
   private _kernel: Kernel.IKernelConnection | null = null;
-  private _comm: Comm | null = null;
   private _state: ConnectionState = 'no-kernel';
   private _language: string | null = null;
   private _languageOk = false;
   private _wanted = false;
-  private _busy = false;
-  private _busyTimer: ReturnType<typeof setTimeout> | null = null;
-  private _busyDelayMs: number;
+  private _busy: BusyFlag;
+  private _slot: CommSlot;
   private _generation = 0;
   private _isDisposed = false;
-  private _changed = new Signal<this, void>(this);
-  private _dataReceived = new Signal<this, unknown>(this);
-  private _kernelOpened = new Signal<this, unknown>(this);
-  private _dropped = new Signal<this, DropReason>(this);
-  private _news = new Signal<this, IStatusLine>(this);
+}
+
+/** The one comm to the kernel: adopt it, forget it (closing it or not). */
+class CommSlot {
+  constructor(
+    private readonly _onData: (data: unknown) => void,
+    private readonly _onClosed: () => void
+  ) {}
+
+  get comm(): Comm | null {
+    return this._comm;
+  }
+
+  /** Make `comm` the one channel; true when it replaced one (which is closed). */
+  use(comm: Comm): boolean {
+    if (this._comm === comm) {
+      return false;
+    }
+    const replaced = this.drop(true);
+    this._comm = comm;
+    comm.onMsg = msg => {
+      if (comm === this._comm) {
+        this._onData(msg.content.data);
+      }
+    };
+    comm.onClose = () => {
+      if (comm === this._comm) {
+        this._comm = null;
+        this._onClosed();
+      }
+    };
+    return replaced;
+  }
+
+  /**
+   * Open a comm of our own and adopt it (opening is the request: the kernel
+   * answers with its first window). Null when it went out, else the error and
+   * whether it came from opening (a comm was made, then dropped) or making it.
+   */
+  probe(kernel: Kernel.IKernelConnection): { error: unknown; opened: boolean } | null {
+    let comm: Comm;
+    try {
+      comm = kernel.createComm(COMM_TARGET);
+    } catch (error) {
+      return { error, opened: false };
+    }
+    this.use(comm);
+    try {
+      comm.open({});
+    } catch (error) {
+      this.drop(false);
+      return { error, opened: true };
+    }
+    return null;
+  }
+
+  /** Put `data` on the comm; false when there is none (throws when it cannot go). */
+  send(data: Record<string, unknown>): boolean {
+    if (!this._comm) {
+      return false;
+    }
+    this._comm.send({ ...data } as Parameters<Comm['send']>[0]);
+    return true;
+  }
+
+  /** Forget the comm (`close`: tell the kernel); true when there was one. */
+  drop(close: boolean): boolean {
+    const comm = this._comm;
+    if (!comm) {
+      return false;
+    }
+    this._comm = null;
+    comm.onMsg = () => undefined;
+    comm.onClose = () => undefined;
+    if (close && !comm.isDisposed) {
+      try {
+        comm.close();
+      } catch {
+        // the kernel is gone; nothing to tell it
+      }
+    }
+    return true;
+  }
+
+  private _comm: Comm | null = null;
+}
+
+/** "Busy" once the kernel has stayed busy for `delayMs` (see IKernelChannelOptions). */
+class BusyFlag {
+  constructor(
+    private readonly _delayMs: number,
+    private readonly _stillBusy: () => boolean,
+    private readonly _changed: () => void
+  ) {}
+
+  get value(): boolean {
+    return this._busy;
+  }
+
+  /** The kernel said busy: raise the flag after the delay if it still is. */
+  schedule(): void {
+    if (this._busy || this._timer !== null) {
+      return;
+    }
+    if (this._delayMs <= 0) {
+      this.set(true);
+      return;
+    }
+    this._timer = setTimeout(() => {
+      this._timer = null;
+      if (this._stillBusy()) {
+        this.set(true);
+      }
+    }, this._delayMs);
+  }
+
+  set(busy: boolean): void {
+    if (this._timer !== null) {
+      clearTimeout(this._timer);
+      this._timer = null;
+    }
+    if (this._busy !== busy) {
+      this._busy = busy;
+      this._changed();
+    }
+  }
+
+  private _busy = false;
+  private _timer: ReturnType<typeof setTimeout> | null = null;
+}
+
+/** The kernel's language from its kernelspec, else from its info; null when neither says. */
+export async function kernelLanguage(kernel: Kernel.IKernelConnection): Promise<string | null> {
+  try {
+    const spec = await kernel.spec;
+    if (spec?.language) {
+      return spec.language;
+    }
+  } catch {
+    // fall back to the kernel's own info below
+  }
+  try {
+    const info = await kernel.info;
+    return info.language_info?.name || null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Run LOAD_CODE silently, outside the history: null when it loaded, else why
+ * not, in one line (a request that fails throws).
+ */
+async function runLoad(kernel: Kernel.IKernelConnection): Promise<string | null> {
+  const future = kernel.requestExecute({ code: LOAD_CODE, silent: true, store_history: false });
+  const content = (await future.done).content;
+  if (content.status === 'ok') {
+    return null;
+  }
+  return content.status === 'error'
+    ? oneLine(`${content.ename}: ${content.evalue}`)
+    : 'the kernel aborted the request';
 }
 
 export function describeError(error: unknown): string {

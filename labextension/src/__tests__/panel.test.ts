@@ -5,7 +5,7 @@
  */
 import { Signal } from '@lumino/signaling';
 
-import { DEFAULT_SPEC } from '../connection';
+import { DEFAULT_SPEC } from '../requests';
 import { DevicePanel, FILTER_DELAY_MS } from '../panel';
 import type { IDeltaMessage, IRow, IViewMessage, IWindowSpec } from '../protocol';
 import type { ConnectionState, IDeviceSource, IStatusLine } from '../tokens';
