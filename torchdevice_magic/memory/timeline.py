@@ -346,6 +346,13 @@ class Timeline:
                     without_optimizers = _named_keys_without_optimizers(namespace, inventory)
             for brought in _name_sources(namespace, name, value, without_optimizers or {}):
                 fresh[f"name\x00{name}\x00{brought.key}"] = brought
+        return self._remeasure(fresh, names, named)
+
+    def _remeasure(
+        self, fresh: dict[str, _Source | None], names: list[str], named: Keys
+    ) -> list[tuple[str, str, int]]:
+        """Take the holders' new measurements (None: gone); return (holder, device, change in
+        the bytes it holds beyond the named storages)."""
         cell = frozenset(names)
         changes: list[tuple[str, str, int]] = []
         for label, source in fresh.items():
