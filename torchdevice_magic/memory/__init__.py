@@ -35,6 +35,7 @@ The package, by concern (each module imports only those above it):
 - :mod:`.graphs`    the tensors autograd graphs keep alive (:func:`graph_tensors`), detaching
 - :mod:`.sources`   the holders of each kind: traceback, ``Out``, optimizer, hooks, second names
 - :mod:`.holding`   :class:`Holder`, :func:`holders`, :func:`held_outside`, :class:`HolderList`
+- :mod:`.leaks`     when a followed holder grew, and when that is a leak (the warning's text)
 - :mod:`.timeline`  :class:`Timeline`, :class:`CellMemory`, the accelerator's figures and peaks
 - :mod:`.oom`       :func:`parse_oom`, :func:`explain_oom` and what they return
 """
