@@ -43,6 +43,7 @@ from .columns import _NO_COLUMNS, _read_columns
 from .composites import AGGREGATE_ABOVE, CONTAINER_ELEMENT_CAP, MAX_CONTAINER_DEPTH
 from .entries import _Entry, _entry_spans_devices, _entry_storages, _entry_volatile
 from .facts import _facts_record, _facts_storages, _TensorFacts
+from .folding import _fold, _fold_due
 from .inspection import _inspect, _still_same
 from .inventory import Inventory, orphan_warning
 
@@ -125,6 +126,8 @@ class Scanner:
             ids = list(map(id, values))
         if state is not None and incremental:
             new_state = _rescan(T, namespace, keys, ids, state, changed, recheck)
+            if _fold_due(new_state):  # many plain tensors made by cells: into the columns
+                new_state = _fold(T, new_state)
         else:
             new_state = _full_scan(
                 T, keys, ids, values, namespace if type(namespace) is dict else None
@@ -218,6 +221,7 @@ def _full_scan(
         columns,
         serial=_new_serial(),
         mixed=frozenset(mixed),
+        settled=len(entries),
     )
 
 
@@ -364,6 +368,7 @@ def _rescan(
         parent=state.serial or -1,
         touched=tuple(dict.fromkeys(touched)),
         mixed=frozenset(mixed),
+        settled=state.settled,
     )
 
 
