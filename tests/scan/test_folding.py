@@ -29,7 +29,7 @@ def test_tensors_made_by_later_cells_end_in_the_columns_with_the_same_facts():
         inventory = _grow(namespace, scanner, reached, stop)
         reached = stop
         assert facts(inventory) == facts(tdm.scan(namespace))
-    # (the last fold was at most a quarter of the columns plus 1024 names ago)
+    # (the last fold was at most a quarter of the namespace plus 1024 names ago)
     columns = inventory.view_columns()
     assert len(columns.names) >= 6_000 - 1_024 - 6_000 // 4
     assert "grad" not in columns.names and "meta" not in columns.names

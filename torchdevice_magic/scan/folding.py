@@ -5,7 +5,7 @@ A full scan reads the plain tensors of a namespace column-wise, and every view r
 by one, and keeps what it found as entries: a namespace grown cell by cell, as a notebook
 grows, would keep nearly all of its tensors as entries, and everything that reads entries
 (opening the sidebar, a window looked at again) would cost a record per tensor. So once the
-plain tensors kept as entries pass :data:`FOLD_ABOVE` plus a quarter of the columns, a rescan
+entries grow by :data:`FOLD_ABOVE` plus a quarter of the namespace since the last fold, a rescan
 folds them into new columns: O(namespace) a logarithmic number of times as a namespace grows.
 
 Pure core: no IPython, no ipywidgets, never imports torch. Holds ids, device names, dtypes,
@@ -24,15 +24,18 @@ from .columns import _NO_COLUMNS, _Columns
 from .facts import _TensorFacts
 
 #: Entries a rescan keeps before folding the plain tensors among them into the columns (plus
-#: a quarter of the columns, so that a growing namespace is folded ever more rarely)
+#: a quarter of the namespace, so that a growing namespace is folded ever more rarely)
 FOLD_ABOVE = 1024
 
 _pointer = itemgetter(1)
 
 
 def _fold_due(state: _State) -> bool:
+    """Whether the entries grew past the last fold by ``FOLD_ABOVE`` plus a quarter of what
+    the namespace then held (entries that cannot be folded, Parameters, tensors with
+    gradients, count too: a namespace of those is looked through ever more rarely)."""
     columns = len(state.columns) if state.columns is not None else 0
-    return len(state.entries) > state.settled + FOLD_ABOVE + columns // 4
+    return len(state.entries) > state.settled + FOLD_ABOVE + (columns + state.settled) // 4
 
 
 def _foldable(T: TorchTypes, entry: Any) -> bool:
