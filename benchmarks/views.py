@@ -1,184 +1,264 @@
-"""Issue 12 figures: what the sidebar costs per cell, and opening it.
+"""The sidebar's cost on the path users take, through real kernels over the wire.
 
-With the sidebar's comm open (a stand-in comm in-process, as tests/shell/test_comm.py does), a cell
-that rebinds one name in a namespace of N top-level tensors, against the same cell with the
-extension not loaded, in the same run (interleaved rounds, garbage collector off):
+Two kernels side by side (``jupyter_client``; this interpreter, ``PYTHONPATH`` = this
+checkout): one runs ``%load_ext torchdevice_magic`` first and has the sidebar's comm open, as
+``labextension/src/connection.ts`` opens it (``comm_open`` to the target
+``torchdevice_magic`` with ``{}``: the kernel answers with its first window); the other runs
+the same cells without the extension. The namespace grows as a notebook grows, 200 -> 2,000
+-> 20,000 -> 100,000 tensors, by one of two paths:
 
-    N        added ms per cell (target)     bytes sent per cell (target)
-    2,000    <= 2 ms                        <= 16 kB
-    100,000  <= 20 ms                       <= 16 kB
+- ``staged``: one pair of kernels, each size reached by many cells (20 per stage);
+- ``one-go``: a fresh pair of kernels per size, the whole namespace made by one cell.
 
-and opening the sidebar (the first window) on 100,000 objects <= 300 ms in the kernel.
-The added time is split into the hook's own rescan (what the extension costs with no view
-open) and the sidebar's part (the view model's delta + the message), so the figures say
-which layer spends what. Run: ``python benchmarks/views.py [N ...]``.
+The garbage collector stays on. At each size, and again after the sidebar's Refresh and after
+a Move (both answered with a full scan):
+
+- added per cell: a small cell (rebinding one tensor whose size alternates, so its row enters
+  and leaves the first window: a delta every cell) timed from ``execute_request`` to the
+  kernel's ``idle`` status (by then every comm message the cell caused has arrived), in the
+  two kernels alternately; the difference of the medians;
+- sent per cell: the JSON of the comm messages that cell caused (median);
+- opening the sidebar: the comm closed and opened again, ``comm_open`` -> first ``view``.
+
+Targets: <= 2 ms added per cell at 2,000 and <= 20 ms at 100,000; <= 16 kB per cell; opening
+<= 300 ms at 100,000. Run: ``python benchmarks/views.py [--paths staged one-go] [--sizes
+200 2000 20000 100000] [--cells 12]``.
 """
 
 from __future__ import annotations
 
-import gc
+import argparse
 import json
+import os
+import statistics
 import sys
 import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-import torch
-from IPython.testing.globalipapp import get_ipython
+from jupyter_client.manager import KernelManager
 
-from torchdevice_magic.shell import get_session
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = "torchdevice_magic"
+SIZES = [200, 2_000, 20_000, 100_000]
+#: cells per stage of the staged growth
+STAGE_CELLS = 20
+#: the small cell: one rebinding, its row in and out of the first window
+SMALL_CELL = "flip = 1 - flip\nt{half} = torch.zeros(4 + 252 * flip)"
+GROW_CELL = "for i in range({start}, {stop}):\n    globals()[f't{{i}}'] = torch.zeros(4)"
 
 
-class FakeComm:
-    comm_id = "bench"
+def _wire_size(data: Any) -> int:
+    return len(json.dumps(data, separators=(",", ":")).encode())
 
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
 
-    def send(self, data: dict) -> None:
-        # what ipykernel would put on the wire
-        self.sent.append(json.dumps(data, separators=(",", ":")).encode())
+@dataclass
+class Kernel:
+    """One kernel over the wire; ``sidebar``: the extension loaded and a comm open."""
 
-    def on_msg(self, handler) -> None:
-        self.handler = handler
+    sidebar: bool
+    manager: KernelManager = field(init=False)
+    client: Any = field(init=False)
+    comm_id: str | None = None
+    #: what the kernel's cells printed (stdout and stderr), in order
+    printed: list[str] = field(default_factory=list)
 
-    def on_close(self, handler) -> None:
-        pass
+    def __post_init__(self) -> None:
+        self.manager = KernelManager(kernel_name="python3")
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self.manager.start_kernel(env=env)
+        self.client = self.manager.client()
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=120)
+        if self.sidebar:
+            self.run("%load_ext torchdevice_magic")
+        self.run("import torch\nflip = 0")
+        if self.sidebar:
+            self.open_sidebar()
 
     def close(self) -> None:
-        pass
+        self.client.stop_channels()
+        self.manager.shutdown_kernel(now=True)
 
+    def _until_idle(self, parent: str, first_view: float | None = None) -> tuple[int, float]:
+        """Read iopub until the request ``parent`` is done: (comm bytes it caused, when the
+        first ``view`` on our comm came, or 0.0)."""
+        sent = 0
+        seen = 0.0
+        while True:
+            message = self.client.get_iopub_msg(timeout=900)
+            if message["parent_header"].get("msg_id") != parent:
+                continue
+            kind = message["msg_type"]
+            content = message["content"]
+            if kind == "comm_msg":
+                data = content.get("data", {})
+                sent += _wire_size(data)
+                if not seen and data.get("type") == "view":
+                    seen = time.perf_counter()
+            elif kind == "stream":
+                self.printed.append(content["text"])
+            elif kind == "error":
+                raise RuntimeError("\n".join(content.get("traceback", [])))
+            elif kind == "status" and content["execution_state"] == "idle":
+                return sent, seen
 
-def _median(values: list[float]) -> float:
-    values = sorted(values)
-    return values[len(values) // 2]
-
-
-def measure(shell, n: int, rounds: int, block: int = 5) -> dict[str, float]:
-    ns = shell.user_ns
-    for name in [k for k in ns if k.startswith("t") and k[1:].isdigit()]:
-        del ns[name]
-    ns.update({f"t{i}": torch.zeros(4) for i in range(n)})
-    ns["flip"] = 0
-    # rebinds one name; its size alternates, so the row moves in and out of the first window
-    # (a cell whose rebinding shows nowhere would send nothing at all)
-    cell = f"flip = 1 - flip\nt{n // 2} = torch.zeros(4 + 252 * flip)"
-
-    def run() -> float:
+    def run(self, code: str) -> tuple[float, int]:
+        """Run a cell: (seconds until the kernel is idle again, comm bytes it caused)."""
         start = time.perf_counter()
-        shell.run_cell(cell, store_history=False)
+        parent = self.client.execute(code, store_history=True)
+        sent, _ = self._until_idle(parent)
+        took = time.perf_counter() - start
+        reply = self.client.get_shell_msg(timeout=900)
+        if reply["content"]["status"] != "ok":
+            raise RuntimeError(f"cell failed: {code!r}: {reply['content']}")
+        return took, sent
+
+    def _shell(self, kind: str, content: dict[str, Any]) -> str:
+        message = self.client.session.msg(kind, content)
+        self.client.shell_channel.send(message)
+        return str(message["header"]["msg_id"])
+
+    def open_sidebar(self) -> tuple[float, int]:
+        """Open the comm as the sidebar does: (seconds to the first window, its bytes)."""
+        if self.comm_id is not None:
+            parent = self._shell("comm_close", {"comm_id": self.comm_id, "data": {}})
+            self._until_idle(parent)
+        self.comm_id = uuid.uuid4().hex
+        start = time.perf_counter()
+        parent = self._shell(
+            "comm_open", {"comm_id": self.comm_id, "target_name": TARGET, "data": {}}
+        )
+        sent, seen = self._until_idle(parent)
+        if not seen:
+            raise RuntimeError("the kernel sent no window when the sidebar opened")
+        return seen - start, sent
+
+    def request(self, kind: str, **fields: Any) -> float:
+        """A sidebar request (refresh, move): seconds until the kernel is idle again."""
+        data = {"protocol": TARGET, "version": 2, "type": kind, "request_id": kind, **fields}
+        start = time.perf_counter()
+        parent = self._shell("comm_msg", {"comm_id": self.comm_id, "data": data})
+        self._until_idle(parent)
         return time.perf_counter() - start
 
-    inventory_s: list[float] = []
-    view_s: list[float] = []
 
-    def split_push(session) -> None:
-        """Time the sidebar's part of a cell in two: what the Inventory answers (what changed
-        since the inventory the sidebar showed, the totals: the scanner's cost) and the view
-        model + message. The sidebar never asks for every record (``inventory.records``)."""
-        original = session.channel.push
+def grow(kernels: list[Kernel], start: int, stop: int, cells: int) -> None:
+    step = max(1, -(-(stop - start) // cells))
+    for first in range(start, stop, step):
+        code = GROW_CELL.format(start=first, stop=min(stop, first + step))
+        for kernel in kernels:
+            kernel.run(code)
 
-        def push(s) -> None:
-            if not session.channel.comms:  # the hook-only rounds: no sidebar, nothing to time
-                return
-            start = time.perf_counter()
-            inventory = s.current_inventory()
-            shown = next(iter(session.channel.comms.values())).live._source
-            inventory.view_changes(shown)  # brings the book up to date; push then reads it
-            inventory.device_totals()
-            inventory.mixed_warnings()
-            middle = time.perf_counter()
-            original(s)
-            inventory_s.append(middle - start)
-            view_s.append(time.perf_counter() - middle)
 
-        session.app.remove_listener(original)
-        session.channel.push = push  # _attach/_detach now add and remove the wrapper
-        session.app.add_listener(push)
-
-    shell.run_line_magic("load_ext", "torchdevice_magic")
-    session = get_session(shell)
-    session.app.full_scan()
-    comm = FakeComm()
-    gc.collect()
-    start = time.perf_counter()
-    session.channel._on_open(comm, {})
-    open_s = time.perf_counter() - start
-    open_bytes = len(comm.sent[-1])
-    split_push(session)
-    for _ in range(3):
-        run()
-    inventory_s.clear()
-    view_s.clear()
-
-    # Blocks of cells in the steady state (the scanner has seen the namespace before), the
-    # three set-ups alternating block by block so the VM's slow drifts hit them alike:
-    # sidebar open / extension loaded without a view / extension not loaded.
-    with_ext, without_ext, hook_only, sent = [], [], [], []
-    warm = 2  # the first cells of a block settle the scanner's state: not measured
-    gc.disable()
-    try:
-        for _ in range(rounds):
-            for i in range(warm + block):
-                comm.sent.clear()
-                took = run()
-                if i >= warm:
-                    with_ext.append(took)
-                    sent.append(sum(map(len, comm.sent)))
-                else:
-                    inventory_s.pop()
-                    view_s.pop()
-            session.channel._detach("bench")
-            for i in range(warm + block):
-                took = run()
-                if i >= warm:
-                    hook_only.append(took)
-            shell.run_line_magic("unload_ext", "torchdevice_magic")
-            for i in range(warm + block):
-                took = run()
-                if i >= warm:
-                    without_ext.append(took)
-            shell.run_line_magic("load_ext", "torchdevice_magic")
-            session = get_session(shell)
-            session.app.full_scan()
-            comm = FakeComm()
-            session.channel._on_open(comm, {})
-            split_push(session)
-    finally:
-        gc.enable()
-    shell.run_line_magic("unload_ext", "torchdevice_magic")
-    base = _median(without_ext)
+def per_cell(with_ext: Kernel, without: Kernel, size: int, cells: int) -> dict[str, float]:
+    """The small cell in both kernels alternately (2 warm-up cells each, not counted)."""
+    code = SMALL_CELL.format(half=size // 2)
+    timed: list[float] = []
+    base: list[float] = []
+    sent: list[int] = []
+    for index in range(cells + 2):
+        took, size_sent = with_ext.run(code)
+        plain, _ = without.run(code)
+        if index >= 2:
+            timed.append(took)
+            base.append(plain)
+            sent.append(size_sent)
     return {
-        "n": n,
-        "cell_ms": base * 1e3,
-        "added_ms": (_median(with_ext) - base) * 1e3,
-        "hook_ms": (_median(hook_only) - base) * 1e3,
-        "sidebar_ms": (_median(with_ext) - _median(hook_only)) * 1e3,
-        "bytes": _median(sent),
-        "inventory_ms": _median(inventory_s) * 1e3 if inventory_s else float("nan"),
-        "view_ms": _median(view_s) * 1e3 if view_s else float("nan"),
-        "open_ms": open_s * 1e3,
-        "open_bytes": open_bytes,
+        "cell_ms": statistics.median(base) * 1e3,
+        "added_ms": (statistics.median(timed) - statistics.median(base)) * 1e3,
+        "quartiles_ms": _added_quartiles(timed, base),
+        "sent_kb": statistics.median(sent) / 1000,
     }
 
 
-def main(sizes: list[int]) -> None:
-    shell = get_ipython()
-    shell.run_cell("import torch", store_history=False)
+def _added_quartiles(timed: list[float], base: list[float]) -> tuple[float, float]:
+    """The spread of the added time: the pairwise differences' first and third quartiles."""
+    differences = sorted((a - b) * 1e3 for a, b in zip(timed, base, strict=True))
+    quarter = len(differences) // 4
+    return differences[quarter], differences[-1 - quarter]
+
+
+def measure_phases(
+    with_ext: Kernel, without: Kernel, path: str, size: int, cells: int
+) -> list[dict[str, Any]]:
+    rows = []
+    for phase in ("grown", "after Refresh", "after Move"):
+        action_ms = 0.0
+        if phase == "after Refresh":
+            action_ms = with_ext.request("refresh") * 1e3
+        elif phase == "after Move":
+            action_ms = with_ext.request("move", device="cpu", names=["t1"]) * 1e3
+        row: dict[str, Any] = {"path": path, "n": size, "phase": phase, "action_ms": action_ms}
+        row.update(per_cell(with_ext, without, size, cells))
+        opened, first_bytes = with_ext.open_sidebar()
+        row.update(open_ms=opened * 1e3, first_kb=first_bytes / 1000)
+        print_row(row)
+        rows.append(row)
+    return rows
+
+
+def staged(sizes: list[int], cells: int) -> list[dict[str, Any]]:
+    kernels = [Kernel(sidebar=True), Kernel(sidebar=False)]
+    rows: list[dict[str, Any]] = []
+    try:
+        reached = 0
+        for size in sizes:
+            grow(kernels, reached, size, STAGE_CELLS)
+            reached = size
+            rows += measure_phases(kernels[0], kernels[1], "staged", size, cells)
+    finally:
+        for kernel in kernels:
+            kernel.close()
+    return rows
+
+
+def one_go(sizes: list[int], cells: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for size in sizes:
+        kernels = [Kernel(sidebar=True), Kernel(sidebar=False)]
+        try:
+            grow(kernels, 0, size, 1)
+            rows += measure_phases(kernels[0], kernels[1], "one-go", size, cells)
+        finally:
+            for kernel in kernels:
+                kernel.close()
+    return rows
+
+
+HEADER = (
+    f"{'path':7} {'N':>8} {'phase':14} {'cell w/o':>9} {'added/cell':>10} {'(q1 – q3)':>16}"
+    f" {'sent/cell':>10} {'open':>9} {'window':>8} {'action':>9}"
+)
+
+
+def print_row(row: dict[str, Any]) -> None:
+    q1, q3 = row["quartiles_ms"]
+    action = f"{row['action_ms']:7.0f}ms" if row["action_ms"] else ""
     print(
-        f"{'N':>8} {'cell w/o ext':>13} {'added/cell':>11} {'(hook':>8} {'+ sidebar)':>11}"
-        f" {'sent/cell':>10} {'open sidebar':>13} {'first window':>13}"
-        f"   sidebar split: {'Inventory API':>13} {'view+msg':>9}"
+        f"{row['path']:7} {row['n']:>8,} {row['phase']:14} {row['cell_ms']:6.1f} ms"
+        f" {row['added_ms']:7.1f} ms ({q1:6.1f} – {q3:5.1f}) {row['sent_kb']:7.2f} kB"
+        f" {row['open_ms']:6.0f} ms {row['first_kb']:5.1f} kB {action:>9}",
+        flush=True,
     )
-    for n in sizes:
-        rounds = 4 if n <= 20_000 else 2
-        r = measure(shell, n, rounds)
-        print(
-            f"{n:>8,} {r['cell_ms']:>10.2f} ms {r['added_ms']:>8.2f} ms {r['hook_ms']:>5.2f} ms"
-            f" {r['sidebar_ms']:>8.2f} ms {r['bytes'] / 1000:>7.2f} kB {r['open_ms']:>10.1f} ms"
-            f" {r['open_bytes'] / 1000:>9.1f} kB"
-            f"                  {r['inventory_ms']:>10.2f} ms {r['view_ms']:>6.2f} ms",
-            flush=True,
-        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--paths", nargs="+", default=["staged", "one-go"])
+    parser.add_argument("--sizes", nargs="+", type=int, default=SIZES)
+    parser.add_argument("--cells", type=int, default=12, help="small cells per measurement")
+    args = parser.parse_args()
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores; targets: <= 2 ms added at"
+          " 2,000, <= 20 ms at 100,000, <= 16 kB per cell, open <= 300 ms at 100,000")  # fmt: skip
+    print(HEADER)
+    started = time.perf_counter()
+    for path in args.paths:
+        (staged if path == "staged" else one_go)(args.sizes, args.cells)
+    print(f"({time.perf_counter() - started:.0f} s)")
 
 
 if __name__ == "__main__":
-    main([int(a) for a in sys.argv[1:]] or [200, 2_000, 20_000, 100_000])
+    main()

@@ -166,7 +166,7 @@ _CHILD = textwrap.dedent(
 
 def _imports_in_a_fresh_interpreter(torch_first: bool, watched: tuple[str, ...]) -> dict:
     modules = _pure_core_modules()
-    assert "torchdevice_magic.objects" in modules and "torchdevice_magic.moves.plan" in modules
+    assert "torchdevice_magic.objects" in modules and "torchdevice_magic.moves.planner" in modules
     result = subprocess.run(
         [sys.executable, "-c", _CHILD, json.dumps([modules, list(watched), torch_first])],
         capture_output=True,

@@ -284,7 +284,6 @@ def test_device_filter_and_the_totals_outside_named_variables():
     assert [h.device for h in holders(namespace, "cpu")] == ["cpu"]
     assert holders(namespace, "cuda") == [] and holders(namespace, "cuda:0") == []
     assert held_outside(holders(namespace)) == {"cpu": 40}
-    assert not torch.cuda.is_initialized()
 
 
 def test_hostile_objects_are_skipped():
@@ -593,6 +592,40 @@ def test_real_cuda_oom_explained_with_allocator_figures_and_the_cell_peak(ip):
     assert facts.device == "cuda:0" and abs(facts.request - 2 * total) <= 0.01 * total
     assert "Out of memory on cuda:0" in shown and "x: 4.0 MiB" in shown
     assert "Reserved by PyTorch but unallocated" in shown
+
+
+@pytest.mark.cuda
+def test_each_cells_peak_is_its_own_on_cuda(ip):
+    """The peak counter is reset before every cell: a cell that allocates 8 MiB after one that
+    allocated 256 MiB shows its own peak, not the earlier cell's (without the reset it would
+    show at least 260 MiB)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    mib = 2**20
+    run(ip, "import torch\nx = torch.ones(1024, 1024, device='cuda')")  # 4 MiB kept
+    run(ip, "big = torch.empty(256 * 2**20, dtype=torch.uint8, device='cuda')\ndel big")
+    run(ip, "y = torch.ones(2048, 1024, device='cuda')\ndel y")  # 8 MiB, nothing kept
+    rows = [r for r in timeline_of(ip).rows if r.device == "cuda:0"]
+    assert rows[-2].peak >= 260 * mib
+    assert 12 * mib <= rows[-1].peak < 256 * mib
+
+
+def test_every_cell_resets_the_peak_counter_of_each_initialised_device(ip, monkeypatch):
+    """The reset's logic without a GPU: the accelerator is said to be initialised with two
+    devices, and torch.accelerator's reset is recorded. Before each cell, each device's peak
+    counter is reset once."""
+    from torchdevice_magic import devices
+
+    resets = []
+    monkeypatch.setattr(devices, "accelerator_type", lambda: "cuda")
+    monkeypatch.setattr(devices, "device_count", lambda kind=None: 2)
+    monkeypatch.setattr(devices, "is_initialized", lambda kind: True)
+    monkeypatch.setattr(
+        torch.accelerator, "reset_peak_memory_stats", lambda device=None: resets.append(device)
+    )
+    run(ip, "a = 1")
+    run(ip, "b = 2")
+    assert resets == [0, 1, 0, 1]
 
 
 # -- the sidebar's timeline message ------------------------------------------------------------

@@ -37,6 +37,9 @@ class _Package(types.ModuleType):
 _FUNCTIONS = frozenset({"scan", "move", "diagnose", "trace", "holders"})
 sys.modules[__name__].__class__ = _Package
 
+# protocol and render register how an Inventory is drawn (to_json; repr and notebook HTML):
+# imported here, every Inventory is drawable whichever module the user imported first
+from . import protocol, render  # noqa: E402, F401
 from .records import Record  # noqa: E402
 from .scan import Inventory, Scanner, scan  # noqa: E402
 

@@ -247,6 +247,26 @@ def _current_index(kind: str) -> int:
         return 0
 
 
+def full_device_name(name: str) -> str:
+    """A device's one spelling, for comparing two of them: ``cuda`` means the current device
+    (``cuda:0`` unless torch already knows another current device), ``cpu`` and ``meta`` are one
+    device each (``cpu:0`` is ``cpu``). Never initialises a device to find out: an
+    uninitialised accelerator's current device is its first."""
+    name = name.strip()
+    kind, colon, index = name.partition(":")
+    if kind in ("cpu", "meta"):
+        return kind
+    if colon:
+        return name
+    return f"{kind}:{_current_index(kind)}"
+
+
+def same_device(a: str, b: str) -> bool:
+    """Whether two device strings name the same device (see :func:`full_device_name`): the
+    one rule for "same device" -- the view's buttons and the diagnosis both ask it."""
+    return a == b or full_device_name(a) == full_device_name(b)
+
+
 def best_device() -> str:
     """The accelerator's current device if this kernel has one, else cpu."""
     kind = accelerator_type()

@@ -11,6 +11,7 @@ from html import escape
 from typing import Any
 
 from . import viewmodel
+from .scan import register_drawing
 from .viewmodel import COLUMNS, Header, Row, Window
 
 #: Renderings list at most this many rows (biggest first); the rest is summarised in one line.
@@ -144,3 +145,8 @@ def inventory_text(inventory: Any) -> str:
 
 def inventory_html(inventory: Any) -> str:
     return Table(inventory)._repr_html_()
+
+
+# an Inventory's repr and notebook display are these tables
+register_drawing("text", inventory_text)
+register_drawing("html", inventory_html)

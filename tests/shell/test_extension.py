@@ -89,7 +89,7 @@ def test_listed_in_interactive_shell_app_extensions():
 
 
 #: meta stands in for cuda only where the user says so (as the notebooks do); by default nothing
-#: real is moved to meta (the fix materialises the model instead, see test_diagnose_fixes.py)
+#: real is moved to meta (the fix materialises the model instead, see tests/diagnose/test_fix_statements.py)
 STAND_IN = "%config TorchDeviceMagic.allow_meta_target = True"
 
 

@@ -4,33 +4,45 @@ Pure core: the standard library only; torch is used only when the user already i
 (an error that mentions tensors cannot have happened otherwise), and objects are inspected
 only through ``torchdevice_magic.scan()``.
 
-- :mod:`.rules`      one :class:`~.rules.Rule` per error family, in one table (:data:`RULES`)
+Modules in the order data flows through them:
+
+- :mod:`.vocabulary` devices and dtypes as PyTorch prints them, one spelling each
+- :mod:`.schema`     what a :class:`Rule` is (every field explained and validated) and the
+  :class:`MessageMatch` it reads; :mod:`.readers` the readers the table names
+- :mod:`.rules`      the table: one rule per error family (:data:`RULES`), pure data
+- :mod:`.messages`   which rule a message (or an exception chain) belongs to
 - :mod:`.cells`      a cell parsed once (``transform_cell`` + ``ast``) for every consumer
-- :mod:`.core`       :func:`diagnose`: the matching rule, the culprits, the safe fix
+- :mod:`.frames`     user frames vs library frames; short tracebacks
+- :mod:`.sources`    the user's code read without running it: sources, frames' names, lines
 - :mod:`.candidates` what an error could involve and what the scan says about each
 - :mod:`.collect`    where candidates are found (cell, user frames, attributes), their names
-- :mod:`.sources`    the user's code read without running it: sources, frames' names, lines
-- :mod:`.fixes`      where to, and one statement per mover; notes, the one-click move
+- :mod:`.policy`     each rule's destination and movers mapped to what decides them
 - :mod:`.explain`    :class:`Diagnosis` and its text/HTML rendering
-- :mod:`.frames`     user frames vs library frames; short tracebacks
+- :mod:`.fixes`      one statement per mover; notes, the one-click move
+- :mod:`.core`       :func:`diagnose`: the steps above in order
 """
 
 from __future__ import annotations
 
 from .cells import Cell, parse_cell
-from .core import diagnose, find_match
+from .core import diagnose
 from .explain import Culprit, Diagnosis, FixLine, MoveAction
 from .frames import collapse_library_frames, is_user_filename
-from .rules import RULES, MessageMatch, Rule, dtype_of, normalize_device, parse_message
+from .messages import find_match, parse_message
+from .rules import RULES
+from .schema import Destination, MessageMatch, Movers, Rule
+from .vocabulary import dtype_of, normalize_device
 
 __all__ = [
     "RULES",
     "Cell",
     "Culprit",
+    "Destination",
     "Diagnosis",
     "FixLine",
     "MessageMatch",
     "MoveAction",
+    "Movers",
     "Rule",
     "collapse_library_frames",
     "diagnose",

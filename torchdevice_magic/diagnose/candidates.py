@@ -1,15 +1,16 @@
 """Candidates: what a device error could involve, and what the scan says about each.
 
 A candidate is a name (in the cell, a frame, a module attribute, or an expression no variable
-holds) with an :class:`_Info`: its category, its bytes per device, its dtype, where its model
-parameters are. The :class:`_Collector` asks ``torchdevice_magic.scan()`` (the one walker)
+holds) with its :class:`CandidateFacts`: its category, its bytes per device, its dtype, where its model
+parameters are. The :class:`Collector` asks :func:`~torchdevice_magic.scan.scan` (the one walker)
 about all of them at once and keeps no reference to them afterwards. Also here: the small
-device-string helpers every later step uses (same device, on target, a target normalised, a
-device quoted as Python).
+device-string helpers every later step uses (on target, a target normalised, a device quoted as
+Python); whether two strings name the same device is :func:`torchdevice_magic.devices.same_device`.
 """
 
 from __future__ import annotations
 
+import builtins
 import re
 import sys
 import types
@@ -17,17 +18,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..devices import same_device
+from ..scan import scan
 from ..units import device_sort_key
 from .cells import Cell, Creation
-from .rules import normalize_device
+from .vocabulary import normalize_device
 
 
-def _torch() -> Any:
+def loaded_torch() -> Any:
     return sys.modules.get("torch")
 
 
 @dataclass
-class _Info:
+class CandidateFacts:
     """What the scan said about one candidate (no reference to it is kept afterwards)."""
 
     kind: str
@@ -60,11 +63,11 @@ class _Info:
 
 
 @dataclass
-class _Candidate:
+class Candidate:
     name: str
     where: str  # "cell" | "frame <func>" | "line <n>" | "attribute <Class>"
     obj_id: int
-    info: _Info
+    info: CandidateFacts
     order: int
     label: str = ""
     alias: str | None = None
@@ -89,7 +92,7 @@ class _Candidate:
     module_method: bool = False  # a local of a Module method (forward)
 
 
-def _is_type(obj: Any, cls: Any) -> bool:
+def is_type(obj: Any, cls: Any) -> bool:
     try:
         return issubclass(type(obj), cls)
     except Exception:
@@ -99,7 +102,7 @@ def _is_type(obj: Any, cls: Any) -> bool:
 _ATTR_PATH = re.compile(r"(\.[A-Za-z_]\w*)+")
 
 
-def _needed_by_device(record: Any) -> dict[str, int]:
+def needed_by_device(record: Any) -> dict[str, int]:
     by_device = {d: int(n) for d, n in dict(record.bytes_by_device).items()}
     if record.kind == "module":
         # a module's figure is its own data, gradients apart, as in the table (data_bytes())
@@ -111,115 +114,104 @@ def _needed_by_device(record: Any) -> dict[str, int]:
     return by_device
 
 
-def _info_from_records(records: list[Any], label: str, obj: Any, torch: Any) -> _Info | None:
+def facts_from_records(
+    records: list[Any], label: str, obj: Any, torch: Any
+) -> CandidateFacts | None:
+    """What the scan's records of one candidate (its label's records) say about it."""
     if not records:
         return None
     if len(records) == 1 and records[0].name == label:
         r = records[0]
-        if r.kind in ("tensor", "parameter"):
-            leaf = False
-            try:
-                leaf = bool(obj.requires_grad) and bool(obj.is_leaf)
-            except Exception:
-                leaf = False
-            return _Info(
-                kind=r.type,
-                category="tensor",
-                by_device=_needed_by_device(r),
-                actual=int(r.bytes),
-                dtype=r.dtype,
-                trainable_leaf=leaf,
-                is_parameter=r.kind == "parameter",
-            )
-        if r.kind == "module":
-            by_device = _needed_by_device(r)
-            return _Info(
-                kind=r.type,
-                category="module",
-                by_device=by_device,
-                actual=r.data_bytes(),  # the figure the table shows: gradients apart
-                meta_params="meta" in r.devices,
-                anchor=dict(by_device),
-            )
-        if r.kind == "optimizer":
-            by_device = {d: 0 for d in r.param_devices}
-            for d, n in dict(r.state_bytes or r.bytes_by_device).items():
-                by_device[d] = by_device.get(d, 0) + int(n)
-            if not by_device:
-                return None
-            return _Info(
-                kind=r.type,
-                category="optimizer",
-                by_device=by_device,
-                actual=int(r.bytes),
-                anchor={d: 0 for d in r.param_devices},
-            )
+        reader = _ONE_RECORD.get(r.kind)
+        if reader is not None:
+            return reader(r, obj)
         if not r.devices:
             return None
-    # a container: its tensor elements (or one aggregated record)
-    by_device = {}
+    return _holder_facts(records, label, obj, torch)
+
+
+def _tensor_facts(r: Any, obj: Any) -> CandidateFacts | None:
+    leaf = False
+    try:
+        leaf = bool(obj.requires_grad) and bool(obj.is_leaf)
+    except Exception:
+        leaf = False
+    return CandidateFacts(
+        kind=r.type,
+        category="tensor",
+        by_device=needed_by_device(r),
+        actual=int(r.bytes),
+        dtype=r.dtype,
+        trainable_leaf=leaf,
+        is_parameter=r.kind == "parameter",
+    )
+
+
+def _module_facts(r: Any, obj: Any) -> CandidateFacts | None:
+    by_device = needed_by_device(r)
+    return CandidateFacts(
+        kind=r.type,
+        category="module",
+        by_device=by_device,
+        actual=r.data_bytes(),  # the figure the table shows: gradients apart
+        meta_params="meta" in r.devices,
+        anchor=dict(by_device),
+    )
+
+
+def _optimizer_facts(r: Any, obj: Any) -> CandidateFacts | None:
+    by_device = {d: 0 for d in r.param_devices}
+    for d, n in dict(r.state_bytes or r.bytes_by_device).items():
+        by_device[d] = by_device.get(d, 0) + int(n)
+    if not by_device:
+        return None
+    return CandidateFacts(
+        kind=r.type,
+        category="optimizer",
+        by_device=by_device,
+        actual=int(r.bytes),
+        anchor={d: 0 for d in r.param_devices},
+    )
+
+
+#: A candidate that is one record: how to read each kind of record.
+_ONE_RECORD: dict[str, Callable[[Any, Any], CandidateFacts | None]] = {
+    "tensor": _tensor_facts,
+    "parameter": _tensor_facts,
+    "module": _module_facts,
+    "optimizer": _optimizer_facts,
+}
+
+
+def _holder_facts(records: list[Any], label: str, obj: Any, torch: Any) -> CandidateFacts | None:
+    """A container (its tensor elements, or one aggregated record) or another object holding
+    tensors."""
+    by_device: dict[str, int] = {}
     actual = 0
     count = 0
     for r in records:
         if not r.devices:
             continue
-        for d, n in _needed_by_device(r).items():
+        for d, n in needed_by_device(r).items():
             by_device[d] = by_device.get(d, 0) + n
         actual += int(r.bytes)
         count += max(1, int(r.element_count or 0)) if r.name == label else 1
     if not by_device:
         return None
-    container = (
-        "dict"
-        if _is_type(obj, dict)
-        else "list"
-        if _is_type(obj, list)
-        else "tuple"
-        if _is_type(obj, tuple)
-        else None
-    )
-    if container is None:
-        # PackedSequence and other tensor-holding objects: shown, moved by hand
-        packed = getattr(getattr(getattr(torch, "nn", None), "utils", None), "rnn", None)
-        packed = getattr(packed, "PackedSequence", None)
-        kind = "PackedSequence" if packed is not None and _is_type(obj, packed) else None
-        if kind is not None:
-            return _Info(kind=kind, category="tensor", by_device=by_device, actual=actual)
-        # any other object holding tensors (a DataLoader's dataset, a trainer): listed only
-        # where nothing more direct is on its devices (see _diagnose). A trainer's model
-        # (``trainer.model``) and optimizer are anchors like a model in the namespace: the
-        # batch follows them, not the other way round.
-        anchor: dict[str, int] = {}
-        modules: list[tuple[str, tuple[str, ...]]] = []
-        for r in records:
-            suffix = r.name[len(label) :] if r.name.startswith(label) else ""
-            if r.kind == "module":
-                for d, n in _needed_by_device(r).items():
-                    anchor[d] = anchor.get(d, 0) + n
-                if _ATTR_PATH.fullmatch(suffix):
-                    modules.append((suffix, tuple(r.devices)))
-            elif r.kind == "optimizer":
-                for d in r.param_devices:
-                    anchor.setdefault(d, 0)
-        return _Info(
-            kind=type(obj).__name__,
-            category="object",
-            by_device=by_device,
-            actual=actual,
-            anchor=anchor,
-            modules=tuple(modules),
-        )
     lengths: dict[str, Callable[[Any], int]] = {
         "dict": dict.__len__,
         "list": list.__len__,
         "tuple": tuple.__len__,
     }
+    container = next((name for name in lengths if is_type(obj, getattr(builtins, name))), None)
+    if container is None:
+        return _object_facts(records, label, obj, torch, by_device, actual)
     try:
         size = lengths[container](obj)
     except Exception:
         size = count
     noun = "tensor" if count == 1 else "tensors"
-    return _Info(
+    return CandidateFacts(
         kind=f"{container} of {count} {noun}",
         category="container",
         by_device=by_device,
@@ -229,7 +221,43 @@ def _info_from_records(records: list[Any], label: str, obj: Any, torch: Any) -> 
     )
 
 
-class _Collector:
+def _object_facts(
+    records: list[Any], label: str, obj: Any, torch: Any, by_device: dict[str, int], actual: int
+) -> CandidateFacts:
+    # PackedSequence and other tensor-holding objects: shown, moved by hand
+    packed = getattr(getattr(getattr(torch, "nn", None), "utils", None), "rnn", None)
+    packed = getattr(packed, "PackedSequence", None)
+    if packed is not None and is_type(obj, packed):
+        return CandidateFacts(
+            kind="PackedSequence", category="tensor", by_device=by_device, actual=actual
+        )
+    # any other object holding tensors (a DataLoader's dataset, a trainer): listed only
+    # where nothing more direct is on its devices (see core). A trainer's model
+    # (``trainer.model``) and optimizer are anchors like a model in the namespace: the
+    # batch follows them, not the other way round.
+    anchor: dict[str, int] = {}
+    modules: list[tuple[str, tuple[str, ...]]] = []
+    for r in records:
+        suffix = r.name[len(label) :] if r.name.startswith(label) else ""
+        if r.kind == "module":
+            for d, n in needed_by_device(r).items():
+                anchor[d] = anchor.get(d, 0) + n
+            if _ATTR_PATH.fullmatch(suffix):
+                modules.append((suffix, tuple(r.devices)))
+        elif r.kind == "optimizer":
+            for d in r.param_devices:
+                anchor.setdefault(d, 0)
+    return CandidateFacts(
+        kind=type(obj).__name__,
+        category="object",
+        by_device=by_device,
+        actual=actual,
+        anchor=anchor,
+        modules=tuple(modules),
+    )
+
+
+class Collector:
     """Gathers candidate objects by id, then asks scan() about all of them at once."""
 
     def __init__(self, torch: Any) -> None:
@@ -258,9 +286,7 @@ class _Collector:
         self.entries.append(entry)
         self.by_id[id(obj)] = entry
 
-    def candidates(self) -> list[_Candidate]:
-        from .. import scan  # the package's public function: the one walker
-
+    def candidates(self) -> list[Candidate]:
         labels = {f"c{i}": e["obj"] for i, e in enumerate(self.entries)}
         try:
             inventory = scan(labels)
@@ -272,10 +298,10 @@ class _Collector:
         for r in records:
             by_root.setdefault(r.root, []).append(r)
             root_of[r.name] = r.root
-        out: list[_Candidate] = []
+        out: list[Candidate] = []
         for i, e in enumerate(self.entries):
             label = f"c{i}"
-            info = _info_from_records(by_root.get(label, []), label, e["obj"], self.torch)
+            info = facts_from_records(by_root.get(label, []), label, e["obj"], self.torch)
             if info is None:
                 continue
             shares = set()
@@ -285,7 +311,7 @@ class _Collector:
                     if root != label:
                         shares.add(root)
             out.append(
-                _Candidate(
+                Candidate(
                     e["name"],
                     e["where"],
                     id(e["obj"]),
@@ -306,21 +332,13 @@ class _Collector:
         return out
 
 
-def _same_device(a: str, b: str) -> bool:
-    if a == b:
-        return True
-    ta, _, ia = a.partition(":")
-    tb, _, ib = b.partition(":")
-    return ta == tb and (not ia or not ib)
+def on_target(devices: tuple[str, ...], target: str) -> bool:
+    return bool(devices) and all(same_device(d, target) for d in devices)
 
 
-def _on_target(devices: tuple[str, ...], target: str) -> bool:
-    return bool(devices) and all(_same_device(d, target) for d in devices)
-
-
-def _normalize_target(target: str) -> str:
+def normalize_target(target: str) -> str:
     raw = str(target).strip()
-    torch = _torch()
+    torch = loaded_torch()
     if torch is not None:
         try:
             return str(torch.device(raw.lower()))
@@ -329,34 +347,34 @@ def _normalize_target(target: str) -> str:
     return normalize_device(raw)
 
 
-def _quote(device: str) -> str:
+def quote_device(device: str) -> str:
     return '"' + device.replace('"', "") + '"'
 
 
-def _expression_candidates(
+def expression_candidates(
     creations: Any,
     missing: Any,
     where: str,
     offset: int,
     lineno: int,
     src_cell: Cell | None = None,
-) -> list[_Candidate]:
+) -> list[Candidate]:
     """Candidates for the unnamed tensors a line makes on one of the ``missing`` devices (an
     expression in the cell, ``offset`` 0, or in a function's line, ``offset`` 100: its
     candidates come after the cell's)."""
     found = []
     for n, creation in enumerate(creations):
         dev = creation.device
-        if dev is None or not any(_same_device(_normalize_target(dev), m) for m in missing):
+        if dev is None or not any(same_device(normalize_target(dev), m) for m in missing):
             continue
-        info = _Info(
+        info = CandidateFacts(
             kind="expression",
             category="expression",
-            by_device={_normalize_target(dev): 0},
+            by_device={normalize_target(dev): 0},
             actual=0,
         )
         found.append(
-            _Candidate(
+            Candidate(
                 creation.text,
                 where,
                 -1 - offset - n,

@@ -17,21 +17,21 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-from .candidates import _Candidate, _Collector, _expression_candidates, _is_type, _quote
+from .candidates import Candidate, Collector, expression_candidates, is_type, quote_device
 from .cells import Cell, parse_cell
 from .frames import user_frames
 from .sources import (
-    _frame_argument_names,
-    _function_source,
-    _line_names,
-    _loop_locals,
-    _method_self,
+    argument_names,
+    function_source,
+    loop_locals,
+    method_instance,
+    names_in_running_line,
 )
 
 _STEP = re.compile(r'\.([A-Za-z_]\w*)|\[(\d+)\]|\["([^"\\]*)"\]')
 
 
-def _resolve(namespace: Mapping[str, Any], chain: str, torch: Any) -> tuple[bool, Any]:
+def resolve_chain(namespace: Mapping[str, Any], chain: str, torch: Any) -> tuple[bool, Any]:
     """Look ``a.b.c`` up with plain getattr, as the cell itself did; never through a tensor
     (``x.T``, ``x.grad``, ``x.data`` are views or parts of ``x``, which is listed itself).
     ``model[2].scale`` / ``model["enc"]`` (the fix's own spelling of a submodule) are read from
@@ -57,14 +57,14 @@ def _resolve(namespace: Mapping[str, Any], chain: str, torch: Any) -> tuple[bool
     except Exception:
         return False, None
     for how, attr in steps:
-        if torch is not None and _is_type(obj, torch.Tensor):
+        if torch is not None and is_type(obj, torch.Tensor):
             return False, None
-        if _is_type(obj, types.ModuleType):
+        if is_type(obj, types.ModuleType):
             # ``torch.nn.functional`` etc.: library modules hold no user data
             return False, None
         try:
             if how == "item":
-                if torch is None or not _is_type(obj, torch.nn.Module):
+                if torch is None or not is_type(obj, torch.nn.Module):
                     return False, None
                 children = object.__getattribute__(obj, "_modules")
                 if attr not in children:
@@ -77,12 +77,12 @@ def _resolve(namespace: Mapping[str, Any], chain: str, torch: Any) -> tuple[bool
     return True, obj
 
 
-def _submodule_expr(root_name: str, root: Any, path: str, torch: Any) -> str:
+def submodule_expression(root_name: str, root: Any, path: str, torch: Any) -> str:
     """Python for the submodule that ``named_modules()`` calls ``path`` (``"2"``, ``"enc.0"``):
     ``model[2]``, ``model.enc[0]``, ``model["a-b"]`` -- something a cell can run, unlike the
     dotted name. Read from each module's ``_modules`` dict (no user code runs)."""
     nn = torch.nn
-    fallback = f"{root_name}.get_submodule({_quote(path)})"
+    fallback = f"{root_name}.get_submodule({quote_device(path)})"
     expr, mod = root_name, root
     for part in path.split("."):
         try:
@@ -92,10 +92,10 @@ def _submodule_expr(root_name: str, root: Any, path: str, torch: Any) -> str:
             return fallback
         if part.isidentifier() and not keyword.iskeyword(part) and part not in type(mod).__dict__:
             expr += f".{part}"
-        elif part.isdigit() and _is_type(mod, (nn.Sequential, nn.ModuleList)):
+        elif part.isdigit() and is_type(mod, (nn.Sequential, nn.ModuleList)):
             expr += f"[{part}]"
-        elif _is_type(mod, nn.ModuleDict):
-            expr += f"[{_quote(part)}]"
+        elif is_type(mod, nn.ModuleDict):
+            expr += f"[{quote_device(part)}]"
         else:
             return fallback
         mod = child
@@ -124,33 +124,55 @@ def _module_attribute_tensors(self_obj: Any, code: Any, torch: Any) -> list[tupl
             value = dict.get(instance, name)
         except Exception:
             continue
-        if _is_type(value, torch.Tensor) and not _is_type(value, torch.nn.Parameter):
+        if is_type(value, torch.Tensor) and not is_type(value, torch.nn.Parameter):
             out.append((name, value))
     return out
 
 
-def _collect(
+def collect_candidates(
     err: BaseException,
     chain: list[BaseException],
     namespace: Mapping[str, Any] | None,
     cell: Cell,
     torch: Any,
-) -> list[_Candidate]:
-    collector = _Collector(torch)
-    # (a) what the cell reads, looked up in the namespace
+) -> list[Candidate]:
+    """Every candidate of an error, each named as the user can write it, parts of another
+    candidate dropped."""
+    collector = Collector(torch)
     if cell.tree is not None and namespace is not None:
-        loop_vars = cell.loop_vars
-        for chain_name, _, _ in cell.reads:
-            try:
-                ok, obj = _resolve(namespace, chain_name, torch)
-                if ok:
-                    collector.add(chain_name, "cell", obj, loop_var=chain_name in loop_vars)
-            except Exception:
-                pass  # a hostile object is skipped, not fatal
-            obj = None
+        _add_cell_reads(collector, namespace, cell, torch)
+    _add_frame_locals(collector, err, chain, torch)
+    cands = collector.candidates()
+    # Frame objects that the namespace also holds (e.g. ``self`` in forward() is ``model``):
+    # name the fix after the namespace binding, which the user can run in a cell.
+    if namespace is not None:
+        _find_aliases(cands, collector, namespace, torch)
+    collector.keepalive.clear()
+    drop = _parts_of_others(cands)
+    _mark_covered(cands)
+    return [c for c in cands if c.label not in drop]
 
-    # (b) locals of the innermost user frames (outermost of them first, so a tensor that is
-    # ``batch_X`` in train() is not renamed ``x`` from forward())
+
+def _add_cell_reads(
+    collector: Collector, namespace: Mapping[str, Any], cell: Cell, torch: Any
+) -> None:
+    """What the cell reads, looked up in the namespace."""
+    loop_vars = cell.loop_vars
+    for chain_name, _, _ in cell.reads:
+        try:
+            ok, obj = resolve_chain(namespace, chain_name, torch)
+            if ok:
+                collector.add(chain_name, "cell", obj, loop_var=chain_name in loop_vars)
+        except Exception:
+            pass  # a hostile object is skipped, not fatal
+        obj = None
+
+
+def _add_frame_locals(
+    collector: Collector, err: BaseException, chain: list[BaseException], torch: Any
+) -> None:
+    """Locals of the innermost user frames (outermost of them first, so a tensor that is
+    ``batch_X`` in train() is not renamed ``x`` from forward())."""
     frames: list[Any] = []
     try:
         for e in [err, *[c for c in chain if c is not err]]:
@@ -158,68 +180,59 @@ def _collect(
             if frames:
                 break
         for frame in frames:
-            try:
-                code = frame.f_code
-                func = code.co_name
-                local_items = list(dict(frame.f_locals).items())
-            except Exception:
-                continue
-            args = _frame_argument_names(code)
-            loops = _loop_locals(code)
-            self_obj = _method_self(code, local_items)
-            in_module_method = _is_type(self_obj, torch.nn.Module)
-            line_names = _line_names(frame) if in_module_method else set()
-            tensor_args = tuple(
-                (k, id(v)) for k, v in local_items if k in args and _is_type(v, torch.Tensor)
-            )
-            for name, value in local_items[:2000]:
-                if not isinstance(name, str) or name.startswith("."):
-                    continue
-                if _is_namespace_dict(value):
-                    continue  # a globals()/user_ns passed around (exec), not data
-                # Inside a Module method, non-argument locals are intermediates computed from
-                # the arguments and parameters (fixing the inputs fixes them) -- except what
-                # the failing line reads that the method made itself: ``torch.zeros(...)``
-                # without a device (an LSTM's h0) is made on the cpu whatever the input.
-                if in_module_method and name not in args:
-                    if name in line_names and _is_type(value, torch.Tensor):
-                        collector.add(
-                            name, f"frame {func}", value, code=code, tensor_args=tensor_args
-                        )
-                    continue
-                collector.add(
-                    name,
-                    f"frame {func}",
-                    value,
-                    loop_var=name in loops,
-                    module_method=in_module_method,
-                )
-            if in_module_method:
-                for attr, value in _module_attribute_tensors(self_obj, code, torch):
-                    collector.add(
-                        f"self.{attr}",
-                        f"attribute {type(self_obj).__name__}",
-                        value,
-                        attr=attr,
-                        owner=id(self_obj),
-                        cls=type(self_obj),
-                    )
-            local_items = []
-            self_obj = None
+            _add_one_frame(collector, frame, torch)
     finally:
         frames = []
 
-    cands = collector.candidates()
-    # Frame objects that the namespace also holds (e.g. ``self`` in forward() is ``model``):
-    # name the fix after the namespace binding, which the user can run in a cell.
-    if namespace is not None:
-        _find_aliases(cands, collector, namespace, torch)
-    collector.keepalive.clear()
 
-    # A submodule the cell also reaches through its parent (``model`` and ``model.fc``) adds
-    # nothing if it is on the same devices: keep the parent. Likewise a parameter
-    # (``model.fc.weight``) next to its module. Storage sharing (from the scan) says who is
-    # part of whom.
+def _add_one_frame(collector: Collector, frame: Any, torch: Any) -> None:
+    try:
+        code = frame.f_code
+        func = code.co_name
+        local_items = list(dict(frame.f_locals).items())
+    except Exception:
+        return
+    args = argument_names(code)
+    loops = loop_locals(code)
+    self_obj = method_instance(code, local_items)
+    in_module_method = is_type(self_obj, torch.nn.Module)
+    line_names = names_in_running_line(frame) if in_module_method else set()
+    tensor_args = tuple(
+        (k, id(v)) for k, v in local_items if k in args and is_type(v, torch.Tensor)
+    )
+    for name, value in local_items[:2000]:
+        if not isinstance(name, str) or name.startswith("."):
+            continue
+        if _is_namespace_dict(value):
+            continue  # a globals()/user_ns passed around (exec), not data
+        # Inside a Module method, non-argument locals are intermediates computed from the
+        # arguments and parameters (fixing the inputs fixes them) -- except what the failing
+        # line reads that the method made itself: ``torch.zeros(...)`` without a device (an
+        # LSTM's h0) is made on the cpu whatever the input.
+        if in_module_method and name not in args:
+            if name in line_names and is_type(value, torch.Tensor):
+                collector.add(name, f"frame {func}", value, code=code, tensor_args=tensor_args)
+            continue
+        collector.add(
+            name, f"frame {func}", value, loop_var=name in loops, module_method=in_module_method
+        )
+    if in_module_method:
+        for attr, value in _module_attribute_tensors(self_obj, code, torch):
+            collector.add(
+                f"self.{attr}",
+                f"attribute {type(self_obj).__name__}",
+                value,
+                attr=attr,
+                owner=id(self_obj),
+                cls=type(self_obj),
+            )
+
+
+def _parts_of_others(cands: list[Candidate]) -> set[str]:
+    """A submodule the cell also reaches through its parent (``model`` and ``model.fc``) adds
+    nothing if it is on the same devices: keep the parent. Likewise a parameter
+    (``model.fc.weight``) next to its module. Storage sharing (from the scan) says who is part
+    of whom. Returns the labels to drop."""
     by_label = {c.label: c for c in cands}
     drop: set[str] = set()
     for c in cands:
@@ -244,6 +257,11 @@ def _collect(
             if part and set(c.info.by_device) <= set(parent.info.by_device):
                 drop.add(c.label)
                 break
+    return drop
+
+
+def _mark_covered(cands: list[Candidate]) -> None:
+    by_label = {c.label: c for c in cands}
     # ``for batch_X in xs: model(batch_X)``: moving the batch where it is used beats moving
     # the whole list, so the list is listed but not moved.
     for c in cands:
@@ -254,11 +272,10 @@ def _collect(
             for label in c.shares
         ):
             c.covered = True
-    return [c for c in cands if c.label not in drop]
 
 
 def _find_aliases(
-    cands: list[_Candidate], collector: _Collector, namespace: Mapping[str, Any], torch: Any
+    cands: list[Candidate], collector: Collector, namespace: Mapping[str, Any], torch: Any
 ) -> None:
     wanted = {c.obj_id: c for c in cands if c.where != "cell"}
     owners = {c.owner_id: c for c in cands if c.owner_id is not None}
@@ -279,7 +296,7 @@ def _find_aliases(
         if id(value) in owners and id(value) not in owner_names:
             owner_names[id(value)] = name
             owner_roots[id(value)] = (name, value)
-        if (wanted or owners) and _is_type(value, torch.nn.Module):
+        if (wanted or owners) and is_type(value, torch.nn.Module):
             try:
                 # names only (identity lookups), as torch itself enumerates submodules
                 for n, (sub_name, sub) in enumerate(torch.nn.Module.named_modules(value)):
@@ -290,7 +307,7 @@ def _find_aliases(
                     hit = wanted.get(id(sub))
                     in_owners = id(sub) in owners and id(sub) not in owner_names
                     if (hit is not None and hit.alias is None) or in_owners:
-                        expr = _submodule_expr(name, value, sub_name, torch)
+                        expr = submodule_expression(name, value, sub_name, torch)
                         if hit is not None and hit.alias is None:
                             hit.alias = expr
                         if in_owners:
@@ -321,7 +338,7 @@ def _left_behind_count(root: Any, cls: Any, attr: str, torch: Any) -> int:
             if type(module) is not cls:
                 continue
             value = dict.get(object.__getattribute__(module, "__dict__"), attr)
-            if _is_type(value, torch.Tensor):
+            if is_type(value, torch.Tensor):
                 count += 1
     except Exception:
         return count
@@ -332,7 +349,7 @@ def frame_creations(
     err: BaseException,
     chain: list[BaseException],
     missing: list[str],
-    relevant: list[_Candidate],
+    relevant: list[Candidate],
 ) -> None:
     """A tensor nobody named, made in the line of the innermost user function that failed
     (``return model(x) * torch.ones(3, 4)`` inside ``train()``): a candidate whose fix
@@ -350,14 +367,14 @@ def frame_creations(
     except Exception:
         return
     frames = []
-    found = _function_source(code)
+    found = function_source(code)
     if found is None:
         return
     source, first = found
     fcell = parse_cell(source)
     rel = lineno - first + 1
     relevant.extend(
-        _expression_candidates(
+        expression_candidates(
             fcell.creations_in(rel, namespace), missing, f"frame {code.co_name}", 100, rel, fcell
         )
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..units import format_bytes
-from .rules import MessageMatch
+from .schema import MessageMatch
 
 __all__ = ["Culprit", "Diagnosis", "FixLine", "MoveAction"]
 

@@ -1,8 +1,6 @@
-"""The fix: where to, and one statement per mover.
+"""The fix: one statement per mover, the notes that go with it, the one-click move.
 
-Which device the fix targets when the rule leaves it to the candidates (where the model's
-parameters are; then bytes), and for each mover the statement that moves it without losing
-values: modules in place, optimizer state after its parameters, trainable leaves kept leaves,
+For each mover (chosen by :mod:`.policy`) the statement that moves it without losing values: modules in place, optimizer state after its parameters, trainable leaves kept leaves,
 containers rebuilt; meta modules materialised with ``to_empty`` and reloaded (from a
 checkpoint in the namespace when there is one); a tensor a method makes without a device made
 on its input's device; a plain tensor attribute registered as a buffer. Also the notes that
@@ -17,74 +15,36 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .candidates import _Candidate, _is_type, _on_target, _quote, _same_device
+from .candidates import Candidate, is_type, on_target, quote_device
 from .cells import Cell
 from .explain import Culprit, FixLine, MoveAction
-from .rules import MessageMatch
-from .sources import _function_tree, _local_creation
+from .schema import MessageMatch, Rule
+from .sources import creation_on_device, function_tree
 
-# --------------------------------------------------------------------------------------------
-# Where to, and who moves
-# --------------------------------------------------------------------------------------------
-
-
-def _relevant(c: _Candidate, devices: tuple[str, ...]) -> bool:
-    if not c.info.by_device:
-        return False
-    if not devices:
-        return True
-    return any(_same_device(d, m) for d in c.info.by_device for m in devices)
-
-
-def _choose_target(cands: list[_Candidate], match: MessageMatch) -> tuple[str | None, str]:
-    """Where the bigger side is: (device, reason)."""
-    # The side holding model parameters is the big thing: a model is moved once and on
-    # purpose, batches every step, and optimizer state follows its parameters. Between two
-    # parts of a split model, or between plain tensors, bytes decide.
-    totals: dict[str, int] = {}
-    stateful: dict[str, int] = {}
-    for c in cands:
-        for dev, n in c.info.by_device.items():
-            totals[dev] = totals.get(dev, 0) + n
-        for dev, n in c.info.anchor.items():
-            stateful[dev] = stateful.get(dev, 0) + n + 1  # +1: a parameterless anchor counts
-    if len(totals) >= 2:
-        best = max(totals, key=lambda d: (stateful.get(d, 0), totals[d], d != "cpu", d))
-        return best, "move the small thing to where the big thing is"
-    if match.expected:
-        return match.expected, "move it to the device the operation expected"
-    non_cpu = [d for d in match.devices if d != "cpu"]
-    if totals and match.devices:
-        (only,) = totals
-        others = [d for d in match.devices if not _same_device(d, only)]
-        if others:
-            return others[0], "move it to the other device in the message"
-    if non_cpu:
-        return non_cpu[0], "move everything to one device"
-    if match.devices:
-        return match.devices[0], "move everything to one device"
-    return None, ""
-
-
-def _real_device(cands: list[_Candidate], match: MessageMatch, asked: str | None) -> str:
-    """A device that keeps data, for things that are on meta now."""
-    if asked and asked != "meta":
-        return asked
-    for d in [*match.devices, *(d for c in cands for d in c.info.by_device)]:
-        if d != "meta":
-            return d
-    return "cpu"
-
+__all__ = [
+    "FixDraft",
+    "add_notes",
+    "buffer_in_class",
+    "fallback_fix",
+    "fix_location",
+    "make_on_input_device",
+    "materialise_meta_module",
+    "move_statement",
+    "one_click_move",
+    "recreate_meta_tensors",
+    "register_attribute_as_buffer",
+    "to_culprit",
+]
 
 # --------------------------------------------------------------------------------------------
 # The fix, one statement per mover
 # --------------------------------------------------------------------------------------------
 
 
-def _move_source(c: _Candidate, target: str | None, dtype: str | None = None) -> str:
+def move_statement(c: Candidate, target: str | None, dtype: str | None = None) -> str:
     """The statement that moves one candidate to ``target`` (and/or converts to ``dtype``)."""
     name = c.alias or c.name
-    dev = _quote(target) if target else None
+    dev = quote_device(target) if target else None
     to_args = ", ".join(a for a in (dev, f"torch.{dtype}" if dtype else None) if a)
     if not to_args:
         return ""
@@ -97,7 +57,7 @@ def _move_source(c: _Candidate, target: str | None, dtype: str | None = None) ->
         return "; ".join(
             f"{name}{path}.to({dev})"
             for path, devices in info.modules
-            if not _on_target(devices, target or "")
+            if not on_target(devices, target or "")
         )
     if info.category == "module":
         if dev is None:
@@ -152,14 +112,14 @@ def _checkpoint_name(
         return len(keys & wanted) >= max(1, len(wanted) // 2)
 
     for name, value in items[:20_000]:
-        if not isinstance(name, str) or name.startswith("_") or not _is_type(value, dict):
+        if not isinstance(name, str) or name.startswith("_") or not is_type(value, dict):
             continue
         if fits(value):
             return name, name
         try:
             for key in list(dict.keys(value))[:50]:
                 inner = dict.get(value, key)
-                if isinstance(key, str) and _is_type(inner, dict) and fits(inner):
+                if isinstance(key, str) and is_type(inner, dict) and fits(inner):
                     return name, f"{name}[{key!r}]".replace("'", '"')
         except Exception:
             continue
@@ -175,7 +135,7 @@ def _init_assignment(cls: Any, attr: str) -> tuple[str, str] | None:
         me = code.co_varnames[0] if code.co_argcount else "self"
     except Exception:
         return None
-    found = _function_tree(code)
+    found = function_tree(code)
     if found is None:
         return None
     for node in ast.walk(found[0]):
@@ -192,38 +152,50 @@ def _init_assignment(cls: Any, attr: str) -> tuple[str, str] | None:
 
 
 @dataclass
-class _Plan:
+class FixDraft:
+    """The fix while it is being written, before it becomes a :class:`~.explain.Diagnosis`."""
+
+    #: the statements, each with where it goes
     fix_lines: list[FixLine] = field(default_factory=list)
+    #: what the user should know (duplicates are dropped when shown)
     notes: list[str] = field(default_factory=list)
+    #: False when no safe fix exists; ``why`` says why
     safe: bool = True
     why: str = ""
     #: tensors a method makes without a device: (name, Class.method, where to make them)
     made_here: list[tuple[str, str, str]] = field(default_factory=list)
 
 
-def _meta_module_fix(
-    c: _Candidate, dest: str, namespace: Mapping[str, Any] | None, obj: Any, torch: Any, plan: _Plan
+def materialise_meta_module(
+    c: Candidate,
+    dest: str,
+    namespace: Mapping[str, Any] | None,
+    obj: Any,
+    torch: Any,
+    draft: FixDraft,
 ) -> None:
     name = c.alias or c.name
-    plan.fix_lines.append(FixLine(_place(c), f"{name}.to_empty(device={_quote(dest)})"))
+    draft.fix_lines.append(
+        FixLine(fix_location(c), f"{name}.to_empty(device={quote_device(dest)})")
+    )
     found = _checkpoint_name(namespace, obj, torch)
     if found is not None:
-        plan.fix_lines.append(FixLine(_place(c), f"{name}.load_state_dict({found[1]})"))
-        plan.notes.append(
+        draft.fix_lines.append(FixLine(fix_location(c), f"{name}.load_state_dict({found[1]})"))
+        draft.notes.append(
             f"{name} has parameters on the meta device, which hold no data, so .to() cannot "
-            f"copy them: to_empty(device={_quote(dest)}) allocates real storage (uninitialised) "
+            f"copy them: to_empty(device={quote_device(dest)}) allocates real storage (uninitialised) "
             f"and load_state_dict({found[1]}) puts the weights back."
         )
     else:
-        plan.notes.append(
+        draft.notes.append(
             f"{name} has parameters on the meta device, which hold no data, so .to() cannot "
-            f"copy them: use {name}.to_empty(device={_quote(dest)}) and then reload the "
+            f"copy them: use {name}.to_empty(device={quote_device(dest)}) and then reload the "
             f"weights, e.g. {name}.load_state_dict(torch.load(PATH)) (to_empty leaves every "
             "parameter uninitialised)."
         )
 
 
-def _place(c: _Candidate) -> str:
+def fix_location(c: Candidate) -> str:
     if c.alias:
         return "cell"
     if c.where == "cell" and c.loop_var:
@@ -233,8 +205,8 @@ def _place(c: _Candidate) -> str:
     return c.where
 
 
-def _made_here_fix(
-    c: _Candidate, code: Any, dest: str, cands: list[_Candidate], plan: _Plan
+def make_on_input_device(
+    c: Candidate, code: Any, dest: str, cands: list[Candidate], draft: FixDraft
 ) -> bool:
     """A tensor a Module method makes itself without a device (``h0 = torch.zeros(...)`` in
     forward()): make it on the device of the method's input (``device=idx.device``), which
@@ -245,87 +217,87 @@ def _made_here_fix(
         (
             name
             for name, obj_id in c.tensor_args
-            if (k := by_id.get(obj_id)) is not None and _on_target(k.info.devices, dest)
+            if (k := by_id.get(obj_id)) is not None and on_target(k.info.devices, dest)
         ),
         None,
     )
-    new = _local_creation(code, c.name, f"{arg}.device" if arg else _quote(dest))
+    new = creation_on_device(code, c.name, f"{arg}.device" if arg else quote_device(dest))
     if new is None:
         return False
     func = c.where.removeprefix("frame ")
     qualname = str(getattr(code, "co_qualname", "") or func)  # Tagger.forward (3.11+)
-    plan.fix_lines.append(FixLine(c.where, new))
-    plan.made_here.append((c.name, qualname, f"{arg}.device" if arg else dest))
+    draft.fix_lines.append(FixLine(c.where, new))
+    draft.made_here.append((c.name, qualname, f"{arg}.device" if arg else dest))
     return True
 
 
-def _class_buffer_fix(c: _Candidate, plan: _Plan) -> None:
+def buffer_in_class(c: Candidate, draft: FixDraft) -> None:
     attr, cls = c.attr or "", c.cls
     c.cls = None
     found = _init_assignment(cls, attr)
     name = c.alias or c.name
     if found is not None:
         where, expr = found
-        plan.fix_lines.append(FixLine(f"class {where}", f'self.register_buffer("{attr}", {expr})'))
-        plan.notes.append(
+        draft.fix_lines.append(FixLine(f"class {where}", f'self.register_buffer("{attr}", {expr})'))
+        draft.notes.append(
             f"{name} is a plain tensor attribute, so .to() on its module left it behind: in "
             f'{where} replace `self.{attr} = {expr}` with `self.register_buffer("{attr}", '
             f"{expr})` and it moves (and is saved) with the module."
         )
     else:
-        plan.notes.append(
+        draft.notes.append(
             f"{name} is a plain tensor attribute, so .to() on its module left it behind: "
             f'create it with self.register_buffer("{attr}", ...) in __init__.'
         )
 
 
-def _attribute_fix(c: _Candidate, dest: str, plan: _Plan) -> None:
+def register_attribute_as_buffer(c: Candidate, dest: str, draft: FixDraft) -> None:
     attr = c.attr or ""
     cls = c.cls
     c.cls = None
     owner = c.owner
     if owner and c.root_name and c.siblings > 1:
         # every module of that class was left behind, not only the one that failed first
-        plan.notes.append(
+        draft.notes.append(
             f"{c.siblings} {getattr(cls, '__name__', 'such')} modules in {c.root_name} hold "
             f"{attr} as a plain tensor attribute: the fix moves all of them."
         )
-        plan.fix_lines.append(
+        draft.fix_lines.append(
             FixLine(
                 "cell",
                 f"for m in [m for m in {c.root_name}.modules() if type(m) is type({owner}) and "
                 f'"{attr}" in vars(m)]: m.register_buffer("{attr}", vars(m).pop("{attr}")'
-                f".to({_quote(dest)}))",
+                f".to({quote_device(dest)}))",
             )
         )
     elif owner:
-        plan.fix_lines.append(
+        draft.fix_lines.append(
             FixLine(
                 "cell",
-                f'{owner}.register_buffer("{attr}", vars({owner}).pop("{attr}").to({_quote(dest)}))',
+                f'{owner}.register_buffer("{attr}", vars({owner}).pop("{attr}").to({quote_device(dest)}))',
             )
         )
     found = _init_assignment(cls, attr) if cls is not None else None
     if found is not None:
         where, expr = found
-        plan.fix_lines.append(FixLine(f"class {where}", f'self.register_buffer("{attr}", {expr})'))
-        plan.notes.append(
+        draft.fix_lines.append(FixLine(f"class {where}", f'self.register_buffer("{attr}", {expr})'))
+        draft.notes.append(
             f"self.{attr} is a plain tensor attribute, so module.to() does not move it: in "
             f'{where} replace `self.{attr} = {expr}` with `self.register_buffer("{attr}", '
             f"{expr})` and it moves (and is saved) with the module."
         )
     else:
-        plan.notes.append(
+        draft.notes.append(
             f"self.{attr} is a plain tensor attribute, so module.to() does not move it: create "
             f'it with self.register_buffer("{attr}", ...) in __init__.'
         )
     if not owner and found is None:
-        plan.safe = False
-        plan.why = f"self.{attr} is not reachable from a variable: register it as a buffer."
+        draft.safe = False
+        draft.why = f"self.{attr} is not reachable from a variable: register it as a buffer."
 
 
-def _recreate_meta_tensors(
-    no_data: list[_Candidate], cell: Cell, dest: str, plan: _Plan
+def recreate_meta_tensors(
+    no_data: list[Candidate], cell: Cell, dest: str, draft: FixDraft
 ) -> set[str]:
     """Meta tensors the cell itself creates (``x = torch.randn(3, device="meta")``): rewrite
     that line to create them on ``dest``. Returns the names handled."""
@@ -347,17 +319,18 @@ def _recreate_meta_tensors(
             if creations:
                 new = cell.rewrite(node.lineno, creations, dest)
                 if new:
-                    plan.fix_lines.append(FixLine(f"line {node.lineno}", new))
+                    draft.fix_lines.append(FixLine(f"line {node.lineno}", new))
                     done.add(c.name)
                     break
     return done
 
 
-def _more_notes(
-    plan: _Plan,
+def add_notes(
+    draft: FixDraft,
+    rule: Rule,
     match: MessageMatch,
-    relevant: list[_Candidate],
-    movers: list[_Candidate],
+    relevant: list[Candidate],
+    movers: list[Candidate],
     dest: str | None,
     user_target: str | None,
     meta_ok: bool,
@@ -366,45 +339,41 @@ def _more_notes(
         meta_mods = [c for c in relevant if c.info.category == "module" and c.info.meta_params]
         if meta_mods:
             m0 = meta_mods[0].alias or meta_mods[0].name
-            plan.notes.append(
+            draft.notes.append(
                 "meta tensors hold no data: moving to meta makes the error go away but "
                 f"computes nothing; to run for real, materialise {m0} on a real device with "
                 f'{m0}.to_empty(device="cpu") and load its weights ({m0}.load_state_dict(...)).'
             )
         else:
-            plan.notes.append(
+            draft.notes.append(
                 "meta tensors hold no data: moving to meta makes the error go away but "
                 "computes nothing; to run for real, create the meta tensors on a real device."
             )
-    elif (
-        any("meta" in c.info.by_device for c in relevant)
-        and not meta_ok
-        and match.kind not in ("meta_copy",)
-    ):
-        plan.notes.append(
+    elif any("meta" in c.info.by_device for c in relevant) and not meta_ok and rule.says_meta_stays:
+        draft.notes.append(
             "meta tensors hold no data, so nothing is moved to meta (that would throw real "
             "values away and compute nothing)."
         )
-    if match.kind == "conv_type" and match.dtype_mismatch:
+    if rule.converts_dtype and match.dtype_mismatch:
         types = " and ".join(match.types)
-        plan.notes.append(
+        draft.notes.append(
             f"this message also covers dtype mismatches: {types} differ in dtype "
             f"({match.dtypes[0]} vs {match.dtypes[1]}); convert the input with "
             f'.to("{dest}", torch.{match.dtypes[1]}).'
         )
     opt = next((c for c in movers if c.info.category == "optimizer"), None)
     if opt is not None:
-        plan.notes.append(
+        draft.notes.append(
             f"{opt.alias or opt.name}'s state is not where its parameters are: "
             "optimizer.load_state_dict() puts the state on the parameters' device at the time "
             "of loading, so load it after model.to(device) (or move the state as above)."
         )
     if any(c.info.trainable_leaf and c in movers for c in relevant):
-        plan.notes.append(
+        draft.notes.append(
             "a trainable leaf tensor gets a new object when moved: rebuild any optimizer that "
             "holds the old one."
         )
-    if not user_target and dest == "cpu" and match.kind not in ("meta_copy", "indices_device"):
+    if not user_target and dest == "cpu" and rule.offers_accelerator:
         others = [d for c in relevant for d in c.info.by_device if d not in ("cpu", "meta")] + [
             d for d in match.devices if d not in ("cpu", "meta")
         ]
@@ -413,23 +382,23 @@ def _more_notes(
                 src
                 for c in relevant
                 if c.info.category != "expression"
-                and not _on_target(c.info.devices, others[0])
-                and (src := _move_source(c, others[0]))
+                and not on_target(c.info.devices, others[0])
+                and (src := move_statement(c, others[0]))
             )
             if alt:
-                plan.notes.append(f"to run on {others[0]} instead: {alt}")
+                draft.notes.append(f"to run on {others[0]} instead: {alt}")
 
 
-def _action(
-    plan: _Plan,
-    movers: list[_Candidate],
+def one_click_move(
+    draft: FixDraft,
+    movers: list[Candidate],
     dest: str | None,
     meta_ok: bool,
     namespace: Mapping[str, Any] | None,
 ) -> MoveAction | None:
     """The fix as a plain move of namespace names, for the one-click button; None when the fix
     is anything else (a rewrite, to_empty, a buffer, moving a loop's batch variable)."""
-    if not plan.safe or dest is None or not movers or namespace is None:
+    if not draft.safe or dest is None or not movers or namespace is None:
         return None
     if dest == "meta" and not meta_ok:
         return None
@@ -453,10 +422,11 @@ def _action(
     return MoveAction(tuple(dict.fromkeys(names)), dest)
 
 
-def _fallback_fix(match: MessageMatch, dest: str | None) -> str:
-    """No culprit found: say what to do in a comment (still valid Python source)."""
-    if match.kind == "meta_copy":
-        return f'model.to_empty(device="{dest or "cpu"}")  # then load_state_dict(...)'
+def fallback_fix(rule: Rule, match: MessageMatch, dest: str | None) -> str:
+    """No culprit found: the rule's own fallback, or say what to do in a comment (still valid
+    Python source)."""
+    if rule.fallback_fix:
+        return rule.text_for(rule.fallback_fix, match, dest)
     if dest is None:
         return "# move every tensor and module of this operation to one device with .to(device)"
     what = f"the tensor passed as '{match.argument}'" if match.argument else "every input"
@@ -464,7 +434,7 @@ def _fallback_fix(match: MessageMatch, dest: str | None) -> str:
     return f'# move {what}{op} to "{dest}": x = x.to("{dest}")'
 
 
-def _to_culprit(c: _Candidate) -> Culprit:
+def to_culprit(c: Candidate) -> Culprit:
     return Culprit(
         name=c.name,
         where=c.where,

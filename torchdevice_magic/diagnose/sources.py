@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 
-def _frame_argument_names(code: Any) -> set[str]:
+def argument_names(code: Any) -> set[str]:
     try:
         n = code.co_argcount + code.co_kwonlyargcount
         return set(code.co_varnames[:n])
@@ -23,7 +23,7 @@ def _frame_argument_names(code: Any) -> set[str]:
 _PASS_THROUGH = frozenset({"UNPACK_SEQUENCE", "UNPACK_EX", "EXTENDED_ARG", "CACHE", "NOP"})
 
 
-def _method_self(code: Any, local_items: list[tuple[str, Any]]) -> Any:
+def method_instance(code: Any, local_items: list[tuple[str, Any]]) -> Any:
     """The instance a method runs on: ``self``, or a first argument called otherwise
     (``def forward(this, x)``) when the function is that object's class's own method (read from
     the classes' ``__dict__``: no user code runs). None for a plain function."""
@@ -45,7 +45,7 @@ def _method_self(code: Any, local_items: list[tuple[str, Any]]) -> Any:
     return None
 
 
-def _loop_locals(code: Any) -> set[str]:
+def loop_locals(code: Any) -> set[str]:
     """Names a function's ``for`` loops bind (``for batch_X in xs``, ``for x, y in loader``):
     the stores right after each FOR_ITER in its bytecode (no source needed)."""
     import dis
@@ -67,7 +67,7 @@ def _loop_locals(code: Any) -> set[str]:
     return names
 
 
-def _line_names(frame: Any) -> set[str]:
+def names_in_running_line(frame: Any) -> set[str]:
     """Names the statement a (finished) frame was running when the error came reads -- the
     whole statement, where a call spans lines (``self.lstm(\\n e, (h0, c0))``)."""
     import linecache
@@ -76,7 +76,7 @@ def _line_names(frame: Any) -> set[str]:
         code, lineno = frame.f_code, frame.f_lineno
     except Exception:
         return set()
-    found = _function_tree(code)
+    found = function_tree(code)
     if found is not None:
         tree, first = found
         rel = lineno - first + 1
@@ -98,10 +98,10 @@ def _line_names(frame: Any) -> set[str]:
     return set(re.findall(r"[A-Za-z_]\w*", line))
 
 
-def _function_tree(code: Any) -> tuple[ast.AST, int] | None:
+def function_tree(code: Any) -> tuple[ast.AST, int] | None:
     """A function's source parsed (read with linecache, notebook cells included) and the
     file line of its first line; None when the source is not available."""
-    found = _function_source(code)
+    found = function_source(code)
     if found is None:
         return None
     try:
@@ -110,7 +110,7 @@ def _function_tree(code: Any) -> tuple[ast.AST, int] | None:
         return None
 
 
-def _function_source(code: Any) -> tuple[str, int] | None:
+def function_source(code: Any) -> tuple[str, int] | None:
     """A function's source, dedented (read with linecache, notebook cells included), and the
     file line of its first line; None when the source is not available."""
     import linecache
@@ -140,10 +140,10 @@ _FACTORIES = frozenset(
 )  # fmt: skip
 
 
-def _local_creation(code: Any, name: str, device_expr: str) -> str | None:
+def creation_on_device(code: Any, name: str, device_expr: str) -> str | None:
     """``name = torch.zeros(...)`` in the function of ``code`` with no ``device=``: the same
     statement making it on ``device_expr``. None where the local is made otherwise."""
-    found = _function_tree(code)
+    found = function_tree(code)
     if found is None:
         return None
     tree, _ = found
@@ -178,7 +178,7 @@ def _local_creation(code: Any, name: str, device_expr: str) -> str | None:
     return None
 
 
-def _running_codes(err: BaseException) -> frozenset[Any]:
+def running_codes(err: BaseException) -> frozenset[Any]:
     """The code objects on ``err``'s traceback."""
     codes: list[Any] = []
     tb = getattr(err, "__traceback__", None)
@@ -191,7 +191,7 @@ def _running_codes(err: BaseException) -> frozenset[Any]:
     return frozenset(codes)
 
 
-def _failing_line(err: BaseException, chain: list[BaseException]) -> int | None:
+def failing_cell_line(err: BaseException, chain: list[BaseException]) -> int | None:
     """The line of the cell (its ``<module>`` frame) that was running when the error came."""
     for e in [err, *chain]:
         tb = getattr(e, "__traceback__", None)

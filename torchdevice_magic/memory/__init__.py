@@ -37,6 +37,7 @@ The package, by concern (each module imports only those above it):
 - :mod:`.interactive` what an interactive shell keeps besides its namespace (found from it)
 - :mod:`.holding`   :class:`Holder`, :func:`holders`, :func:`held_outside`, :class:`HolderList`,
   :func:`follow` (what a timeline remembers of a namespace, for :func:`holders`)
+- :mod:`.leaks`     when a followed holder grew, and when that is a leak (the warning's text)
 - :mod:`.timeline`  :class:`Timeline`, :class:`CellMemory`, the accelerator's figures and peaks
 - :mod:`.oom`       :func:`parse_oom`, :func:`explain_oom` and what they return
 """

@@ -10,11 +10,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from itertools import compress
-from operator import itemgetter
 from typing import Any
 
-from ..scan import Inventory, scan
+from ..scan import Inventory, bytes_by_device, scan
 
 StorageKey = tuple[Any, ...]
 Keys = dict[StorageKey, tuple[str, int]]
@@ -57,22 +55,9 @@ def _root_keys(inventory: Inventory, root: str) -> Keys:
 
 
 def _by_device(keys: Mapping[StorageKey, tuple[str, int]]) -> dict[str, int]:
-    """{device: bytes}; meta storages occupy nothing (as in Inventory.totals). Column-wise
-    (C-level sums): the timeline adds up every named storage after each cell."""
-    if len(keys) < 16:  # small: a plain loop beats building columns
-        totals: dict[str, int] = {}
-        for device, nbytes in keys.values():
-            if device != "meta":
-                totals[device] = totals.get(device, 0) + nbytes
-        return totals
-    values = keys.values()
-    devices = list(map(itemgetter(0), values))
-    sizes = list(map(itemgetter(1), values))
-    kinds = set(devices)
-    if len(kinds) == 1:
-        (device,) = kinds
-        return {} if device == "meta" else {device: sum(sizes)}
-    return {d: sum(compress(sizes, map(d.__eq__, devices))) for d in kinds if d != "meta"}
+    """{device: bytes} of memory in use: the scan's one rule (meta occupies nothing), with
+    meta left out."""
+    return bytes_by_device(keys, list_meta=False)
 
 
 def _is_tensor(value: Any) -> bool:

@@ -4,14 +4,21 @@ containers and objects) on another device, all or nothing, and take it back.
 ``move(namespace, "cuda")`` is what the widget's "Move all to cuda" button, the sidebar and the
 public API call. It never touches IPython or widgets; it works on any mutable mapping of names.
 
-Three pieces, one direction:
+Its modules, each importing only the ones before it:
 
-* :mod:`.plan` — *what* moves where, worked out before anything is touched: modules in place,
-  plain tensors copied (aliases kept), optimizer state following its parameters, tensors in
-  containers and attributes put back where they were found; refusals and skips with reasons.
-* :mod:`.transaction` — applies a plan all or nothing: memory check, in-place moves and copies
-  (staged through pinned memory to CUDA), one synchronisation, commit; rollback on any failure.
-* :mod:`.undo` — what a move records to be taken back, and taking it back.
+* :mod:`.result` — what a move reports (:class:`MoveResult`, :class:`MovedItem`,
+  :class:`MoveError`); :mod:`.places` — where tensors are found and put back (the walker's paths).
+* :mod:`.jobs` — the plan's data: items, in-place module jobs with their records, tensors queued
+  by storage, bulk tensors, put-backs and rebuilds.
+* the planner, per kind — :mod:`.plan_modules` (modules and Parameters, in place),
+  :mod:`.plan_optimizers` (state follows its parameters), :mod:`.plan_tensors` (named tensors,
+  one by one or in bulk), :mod:`.plan_containers` (containers and objects); :mod:`.planner`
+  picks one per name (:func:`plan_move`).
+* :mod:`.budget` — the bytes each target will get, and the free-memory check.
+* :mod:`.staging` (pinned staging to CUDA) and :mod:`.copying` (copies that keep sharing and
+  autograd) — used by :mod:`.transaction`, which applies a plan all or nothing.
+* :mod:`.undo` — what a move records to be taken back, and taking it back (a plan back, through
+  the same transaction).
 
 (The package is ``moves``, not ``move``: a subpackage ``torchdevice_magic.move`` would replace
 the public function ``torchdevice_magic.move`` as soon as anything imported it.)
@@ -44,8 +51,10 @@ from typing import Any
 
 from .. import objects
 from ..devices import DeviceError, best_device
-from .plan import plan_move
+from .planner import plan_move
 from .result import MovedItem, MoveError, MoveResult, ProgressCallback
+from .transaction import execute
+from .undo import UndoRecord
 
 __all__ = [
     "MoveError",
@@ -99,14 +108,12 @@ def move(
     for a bad device, an unknown name, an object that must not be moved, or a move that does
     not fit. A failure part-way is rolled back and reported in the result's ``failed``.
     """
-    from .plan import plan_move
-    from .transaction import execute
-
     started = time.perf_counter()
     dest = resolve_device(device, allow_meta)
     try:
         plan = plan_move(namespace, dest, names)
-        return execute(plan, progress, started, free_bytes, to_meta=dest.type == "meta")
+        to_meta = dest.type == "meta"
+        return execute(plan, progress, started, free_bytes, to_meta, record_undo=UndoRecord)
     finally:
         # hold no user class between moves (the per-type caches of objects)
         types = objects.TorchTypes.current()

@@ -1,18 +1,26 @@
 """What a move reports: :class:`MoveResult` (and its ``undo()``), :class:`MovedItem`,
-:class:`MoveError` for refusals. Data only; no torch import."""
+:class:`MoveError` for refusals. Data only; no torch import, and nothing of the engine: the
+undo record a result carries brings its own ``take_back`` (:mod:`.undo`), so every other module
+of the package may import this one and this one imports none of them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from ..units import format_bytes
 
-if TYPE_CHECKING:
-    from .undo import UndoRecord
-
 ProgressCallback = Callable[[int, int], None]
+
+
+class Undoable(Protocol):
+    """What a move leaves to be taken back (:class:`~.undo.UndoRecord`)."""
+
+    used: bool  # taken back already
+    to_meta: bool  # the move went to meta: nothing to take back (meta keeps no data)
+
+    def take_back(self, progress: ProgressCallback | None) -> MoveResult: ...
 
 
 def one_line(text: object) -> str:
@@ -67,7 +75,7 @@ class MoveResult:
     #: What the memory pre-check predicted the move allocates on its target(s): each storage
     #: once, on CUDA rounded up to the caching allocator's 512-byte blocks.
     predicted_bytes: int = 0
-    _undo: UndoRecord | None = field(default=None, repr=False, compare=False)
+    _undo: Undoable | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -115,9 +123,7 @@ class MoveResult:
             raise MoveError("cannot undo a move to meta: meta tensors keep no data")
         if record.used:
             raise MoveError("this move was already undone")
-        from .undo import undo
-
-        result = undo(record, progress)
+        result = record.take_back(progress)
         if result.failed is None:
             record.used = True
         return result

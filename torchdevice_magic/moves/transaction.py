@@ -1,12 +1,12 @@
-"""The transaction: apply a :class:`~.plan.Plan` all or nothing.
+"""The transaction: apply a :class:`~.jobs.Plan` all or nothing.
 
-1. **Check memory** (nothing touched yet): the bytes that will land on each target fit in its
-   free memory, else :class:`MoveError` with the numbers.
-2. **Move in place / copy** (no name is rebound yet). Modules move with ``module.to`` semantics
-   (``Module._apply``) and Parameters stay the same objects; every parameter's data and
-   gradient and every buffer was recorded by the plan so it can be put back. Plain tensors
-   are copied but not put anywhere yet. Copies from the CPU to CUDA are staged through pinned
-   memory and issued with ``non_blocking=True``.
+1. **Check memory** (nothing touched yet, :mod:`.budget`): the bytes that will land on each
+   target fit in its free memory, else :class:`MoveError` with the numbers.
+2. **Move in place / copy** (no name is rebound yet). Modules move with ``module.to``
+   semantics (``Module._apply``) and Parameters stay the same objects; every parameter's data
+   and gradient and every buffer was recorded by the plan so it can be put back. Plain tensors
+   are copied (:mod:`.copying`) but not put anywhere yet. Copies from the CPU to CUDA are
+   staged through pinned memory and issued with ``non_blocking=True`` (:mod:`.staging`).
 3. **Synchronise** once.
 4. **Commit**: put the copies back where the plan found them (names, dict keys, list items,
    attributes, optimizer state), rebuilding immutable containers. Nothing here allocates
@@ -23,418 +23,48 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from itertools import compress, repeat
-from typing import TYPE_CHECKING, Any
+from operator import attrgetter
+from typing import Any, Protocol
 
-from ..devices import free_bytes as device_free_bytes
-from ..units import format_bytes
-from .result import MovedItem, MoveError, MoveResult, ProgressCallback, one_line, reason
+from .. import objects
+from .budget import check_memory, needed_bytes
+from .copying import copy_one, copy_shared, moved_in_place
+from .jobs import BulkTensors, ModuleJob, Plan, PlannedItem, PutBack, storage_of
+from .places import NAMESPACE, put_back
+from .plan_tensors import finish_bulk
+from .result import MovedItem, MoveResult, ProgressCallback, Undoable, one_line, reason
+from .staging import Copier
 
-if TYPE_CHECKING:
-    from .plan import Plan
-
-
-def tensor_nbytes(t: Any) -> int:
-    """Bytes of a tensor without storage access (sparse, nested, some subclasses)."""
-    try:
-        if t.is_sparse:
-            return int(t._values().nbytes + t._indices().nbytes)
-        return int(t.numel() * t.element_size())
-    except Exception:
-        return 0
+_CDATA = attrgetter("_cdata")
 
 
-def storage(t: Any) -> tuple[Any, int, Any]:
-    """(key, nbytes, storage object) of a tensor's storage; a per-tensor key when it has none."""
-    try:
-        s = t.untyped_storage()
-        n = s.nbytes()
-        if n == 0 and t.numel() and t.device.type != "meta":
-            # a storage-less wrapper (an out-of-tree device such as the simulated one): its
-            # data, and the sharing between its views, live in the tensor it wraps
-            inner = _inner(t)
-            if inner is t:
-                return ("tensor", id(t)), tensor_nbytes(t), None
-            s = inner.untyped_storage()
-            return ("inner", s._cdata), s.nbytes(), s
-        return s._cdata, n, s
-    except Exception:
-        return ("tensor", id(t)), tensor_nbytes(t), None
+class RecordUndo(Protocol):
+    """Makes what undo needs from a finished move (:class:`~.undo.UndoRecord`)."""
 
-
-def _inner(t: Any) -> Any:
-    """The one tensor a storage-less wrapper keeps its data in (``__tensor_flatten__``, read
-    through objects/storage.py), or ``t`` itself."""
-    from .. import objects
-
-    try:
-        if t.untyped_storage().nbytes() == 0 and t.numel() and t.device.type != "meta":
-            T = objects.TorchTypes.current()
-            inner = objects.inner_tensors(T, t) if T is not None else []
-            if len(inner) == 1:
-                return inner[0]
-    except Exception:
-        pass
-    return t
-
-
-def _geometry(t: Any) -> tuple[Any, Any, int]:
-    """(size, stride, storage offset) of ``t`` in its storage; a wrapper's own geometry is
-    always contiguous, the real one is its inner tensor's."""
-    g = _inner(t)
-    return g.size(), g.stride(), g.storage_offset()
-
-
-def _covers(t: Any, snb: int) -> bool:
-    """Whether ``t`` spans its whole storage (so the copy of ``t`` can own the moved one)."""
-    g = _inner(t)
-    return g.storage_offset() == 0 and g.is_contiguous() and g.nbytes == snb
-
-
-# --------------------------------------------------------------------------------------------
-# In-place moves (modules, Parameters) and how to put them back
-
-
-class ParamRecord:
-    """What a Parameter held before the move: enough to put it back exactly."""
-
-    __slots__ = ("param", "data", "cls", "requires_grad", "grad", "grad_data")
-
-    def __init__(self, param: Any) -> None:
-        self.param = param
-        self.data = param.data  # a plain alias of the old storage: keeps it alive until commit
-        self.cls = type(param)
-        self.requires_grad = param.requires_grad
-        grad = param.grad
-        self.grad = grad
-        self.grad_data = grad.data if grad is not None else None
-
-    def restore(self) -> None:
-        import torch
-
-        p, data, grad = self.param, self.data, self.grad
-        if torch._has_compatible_shallow_copy_type(p, data):
-            if grad is not None and self.grad_data is not None:
-                grad.data = self.grad_data
-            p.data = data
-            if p.grad is not grad:
-                p.grad = grad
-            return
-        # cpu <-> meta: the TensorImpl types differ, so the move swapped tensors; swap back.
-        p.grad = None
-        torch.utils.swap_tensors(p, torch.nn.Parameter(data, requires_grad=self.requires_grad))
-        if type(p) is not self.cls:
-            p.__class__ = self.cls
-        if grad is not None and self.grad_data is not None:
-            if torch._has_compatible_shallow_copy_type(grad, self.grad_data):
-                grad.data = self.grad_data
-            else:
-                torch.utils.swap_tensors(grad, self.grad_data.detach())
-            p.grad = grad
-
-
-_IN_PLACE_OK: dict[tuple[str, str], bool] = {}
-
-
-def _in_place_ok(src: Any, dst: Any) -> bool:
-    """Whether ``param.data = tensor_on_dst`` works for a parameter on ``src`` (cached)."""
-    import torch
-
-    key = (src.type, dst.type)
-    ok = _IN_PLACE_OK.get(key)
-    if ok is None:
-        a = torch.empty(0, device=src)
-        b = torch.empty(0, device=dst)
-        ok = _IN_PLACE_OK[key] = bool(torch._has_compatible_shallow_copy_type(a, b))
-    return ok
-
-
-class ModuleJob:
-    """One module (or a holder of one standalone Parameter) moved in place, and its records."""
-
-    __slots__ = ("name", "module", "dest", "dest_of", "subs", "params", "buffers", "nbytes")
-
-    def __init__(self, name: str, module: Any, dest: Any, dest_of: dict[int, Any] | None) -> None:
-        self.name = name
-        self.module = module
-        self.dest = dest  # one device for everything, or None and ``dest_of`` (undo)
-        self.dest_of = dest_of
-        self.subs: list[tuple[Any, list[tuple[str, Any]], list[tuple[str, Any]]]] = []
-        self.params: list[ParamRecord] = []
-        self.buffers: list[tuple[Any, Any, Any, str]] = []  # (storage key, buffer, owner, key)
-        self.nbytes = 0  # bytes it will copy (for progress)
-
-    def target_of(self, t: Any) -> Any:
-        if self.dest is not None:
-            return self.dest
-        return (self.dest_of or {}).get(id(t), t.device)
-
-    def apply(self, copier: Copier | None = None) -> None:
-        import torch
-
-        future = torch.__future__
-        swap = self._needs_swap() and not future.get_swap_module_params_on_conversion()
-        if swap:
-            future.set_swap_module_params_on_conversion(True)
-        try:
-            if self.dest is not None and (self.dest.type != "cuda" or copier is None):
-                self.module.to(self.dest)
-            else:
-                # to CUDA (staged through pinned memory) or per tensor (undo): the same
-                # Module._apply that module.to runs, with our copy function
-                dest, dest_of = self.dest, self.dest_of or {}
-                to = copier.to if copier is not None else _plain_to
-
-                def convert(t: Any) -> Any:
-                    d = dest if dest is not None else dest_of.get(id(t), t.device)
-                    return t if t.device == d else to(t, d)
-
-                self.module._apply(convert)
-        finally:
-            if swap:
-                future.set_swap_module_params_on_conversion(False)
-        for sub, params, _buffers in self.subs:
-            for key, p in params:
-                if _slot(sub._parameters, key) is not p:
-                    raise RuntimeError(
-                        f"{type(sub).__name__}.{key} was replaced by a new Parameter "
-                        "(optimizers would lose it)"
-                    )
-
-    in_place_ok = staticmethod(lambda a, b: _in_place_ok(a, b))
-
-    def _needs_swap(self) -> bool:
-        """Some devices' tensors cannot take another device's data in place (cpu and meta:
-        different TensorImpl types), so ``module.to`` would put new Parameter objects in the
-        module; swapping keeps the objects, and the optimizers that hold them, valid."""
-        import torch
-
-        if torch.__future__.get_overwrite_module_params_on_conversion():
-            return True
-        targets = {self.dest} if self.dest is not None else set((self.dest_of or {}).values())
-        sources = {r.data.device for r in self.params}
-        return any(not _in_place_ok(a, b) for a in sources for b in targets if a != b)
-
-    def restore(self) -> None:
-        for sub, params, buffers in self.subs:
-            for key, p in params:
-                if _slot(sub._parameters, key) is not p:
-                    sub._parameters[key] = p
-            for key, b in buffers:
-                if _slot(sub._buffers, key) is not b:
-                    sub._buffers[key] = b
-        for record in self.params:
-            record.restore()
-
-
-def _slot(table: Any, key: str) -> Any:
-    """``module._parameters[key]`` or None; TorchScript modules' tables (OrderedDictWrapper
-    over the C++ module) have no ``get``."""
-    try:
-        return table[key]
-    except (KeyError, RuntimeError):
-        return None
-
-
-def _plain_to(t: Any, dest: Any) -> Any:
-    return t.to(dest, non_blocking=True) if dest.type == "cuda" else t.to(dest)
-
-
-class FastSet:
-    """Plain tensors, each alone in its storage, going to one device with no extra care."""
-
-    __slots__ = (
-        "dest",
-        "names",
-        "tensors",
-        "devices",
-        "distinct",
-        "storages",
-        "keys",
-        "nbytes",
-        "news",
-    )
-
-    def __init__(
+    def __call__(
         self,
-        dest: Any,
-        names: list[str],
-        tensors: list[Any],
-        devices: list[Any],
-        storages: list[Any],
-        keys: list[Any],
-        nbytes: list[int],
-    ) -> None:
-        self.dest = dest
-        self.names = names
-        self.tensors = tensors
-        self.devices = devices
-        self.storages = storages
-        self.keys = keys
-        self.nbytes = nbytes
-        self.news: list[Any] = []
-        self.distinct: set[Any] = set()
+        namespace: Any,
+        to_meta: bool,
+        items: list[PlannedItem],
+        bulk: list[BulkTensors],
+        new_of: dict[int, Any],
+    ) -> Undoable: ...
 
 
 class _RunState:
     """What the run did so far: what rollback undoes, and what failed."""
 
-    __slots__ = ("current", "applied", "new_of", "committed", "fast_done")
+    __slots__ = ("current", "applied", "new_of", "committed", "bulk_done")
 
     def __init__(self) -> None:
-        self.current = ""
-        self.fast_done: list[tuple[FastSet, int]] = []
+        self.current = ""  # the name being worked on (what a failure names)
+        self.bulk_done: list[tuple[BulkTensors, int]] = []  # (bulk, names rebound so far)
         self.applied: list[ModuleJob] = []
-        self.new_of: dict[int, Any] = {}
-        self.committed: list[tuple[Any, str, Any, Any]] = []
+        self.new_of: dict[int, Any] = {}  # id(old tensor) -> its copy
+        self.committed: list[PutBack] = []
 
 
-def _anchor(anchors: dict[Any, Any], old: Any, new: Any, base_obj: Any) -> None:
-    """Record that ``old``'s storage now lives in ``new`` when both cover a whole storage."""
-    try:
-        key, snb, _s = storage(old)
-        if not _covers(old, snb):
-            return  # covers part of its storage: aliases of the rest are copied on their own
-        if _geometry(new)[2] != 0 or storage(new)[1] != snb:
-            return
-        anchors.setdefault((key, new.device), (new, base_obj, 0))
-    except Exception:
-        return
-
-
-def _copy_one(t: Any, dest: Any, new_of: dict[int, Any], copier: Copier) -> Any:
-    """``t`` on ``dest`` as users expect: a leaf stays a leaf with requires_grad and its grad;
-    a tensor inside an autograd graph keeps its graph (like ``t.to``)."""
-    if t.requires_grad:
-        if not t.is_leaf:
-            return _plain_to(t, dest)  # keeps its graph, like t.to
-        new = copier.to(t.detach(), dest).requires_grad_(True)
-    else:
-        new = copier.to(t, dest)
-    g = t.grad
-    if g is not None:
-        new.grad = _grad_on(g, dest, new_of, copier)
-    return new
-
-
-def _grad_on(g: Any, dest: Any, new_of: dict[int, Any], copier: Copier) -> Any:
-    ng = new_of.get(id(g))
-    if ng is None:
-        ng = new_of[id(g)] = _copy_one(g, dest, new_of, copier) if g.device != dest else g
-    return ng
-
-
-def _copy_shared(
-    torch: Any,
-    members: list[Any],
-    dest: Any,
-    anchor: Any,
-    new_of: dict[int, Any],
-    copier: Copier,
-) -> None:
-    """Tensors sharing one storage: copy the storage once and rebuild each over it, views as
-    views of their (moved) base so ``v._base is b`` still holds."""
-    if anchor is not None:
-        anchor_new, base_obj, base_offset = anchor
-    else:
-        anchor_new = base_obj = None
-        base_offset = 0
-        first, _name, snb, storage = members[0]
-        roots: dict[int, Any] = {}
-        for t, *_rest in members:
-            root = t._base if t._base is not None else t
-            roots.setdefault(id(root), root)
-        for root in roots.values():  # the first root that spans the storage owns it
-            try:
-                covers = _covers(root, snb)
-            except Exception:
-                covers = False
-            if covers:
-                anchor_new = new_of.get(id(root))
-                if anchor_new is None:
-                    anchor_new = new_of[id(root)] = _copy_one(root, dest, new_of, copier)
-                base_obj = root
-                break
-        if anchor_new is None:
-            if storage is None:  # no storage to share (sparse, some subclasses): copy each
-                for t, *_rest in members:
-                    if id(t) not in new_of:
-                        new_of[id(t)] = _copy_one(t, dest, new_of, copier)
-                return
-            # No single owner: move the raw bytes once and lay every tensor over them.
-            flat = torch.empty(0, dtype=torch.uint8, device=storage.device)
-            flat.set_(storage, 0, (snb,), (1,))
-            anchor_new = copier.to(flat, dest)
-            if anchor_new is flat:  # a wrapper's data already lives on the target's kind
-                anchor_new = flat.clone()
-    storage_new = None
-    for t, *_rest in members:
-        if id(t) in new_of:
-            continue
-        if base_obj is not None and t._base is base_obj and t.dtype == anchor_new.dtype:
-            size, stride, t_offset = _geometry(t)
-            offset = t_offset - base_offset + _geometry(anchor_new)[2]
-            with torch.set_grad_enabled(t.requires_grad):
-                v = anchor_new.as_strided(size, stride, offset)
-            if t.requires_grad and not v.requires_grad:
-                v.requires_grad_(True)
-        else:
-            if storage_new is None:
-                storage_new = anchor_new.untyped_storage()
-            v = _alias(torch, t, anchor_new, storage_new, base_offset)
-            if t.requires_grad:
-                v.requires_grad_(True)
-        if t.is_leaf and v.is_leaf:
-            g = t.grad
-            if g is not None:
-                v.grad = _grad_on(g, dest, new_of, copier)
-        new_of[id(t)] = v
-
-
-def _alias(torch: Any, t: Any, anchor_new: Any, storage_new: Any, base_offset: int) -> Any:
-    """A tensor with ``t``'s shape, strides and offset over the moved storage."""
-    size, stride, t_offset = _geometry(t)
-    try:
-        v = torch.empty((0,), dtype=t.dtype, device=anchor_new.device)
-        return v.set_(storage_new, t_offset, size, stride)
-    except RuntimeError:
-        if t.dtype != anchor_new.dtype:
-            raise
-        # Devices whose tensors cannot be re-pointed at a storage: a detached view.
-        offset = t_offset - base_offset + _geometry(anchor_new)[2]
-        return anchor_new.detach().as_strided(size, stride, offset)
-
-
-def _still_held(
-    held: list[tuple[Any, Any, int]], fast_held: list[tuple[list[Any], list[Any]]]
-) -> int:
-    """Bytes of old storages that something other than this move still holds.
-
-    Called once the move dropped every tensor it held, keeping only the storages (``held``
-    triples of storage, key, bytes; for bulk tensors ``fast_held`` pairs of storage and key
-    lists): a storage whose use count is above one (ours) is still referenced elsewhere
-    (IPython's ``Out``, an attribute, a ``state_dict()`` alias, a view) and its memory stays
-    allocated. Nothing here takes a weak reference to a Parameter (torch refuses to swap
-    tensors that have them).
-    """
-    import torch
-
-    use_count = getattr(torch._C, "_storage_Use_Count", None)
-    try:
-        if use_count is None:
-            return 0
-        total = sum(n for _s, key, n in held if use_count(key) > 1)
-        for storages, keys in fast_held:
-            shared = map((1).__lt__, map(use_count, keys))
-            total += sum(map(torch.UntypedStorage.nbytes, compress(storages, shared)))
-        return total
-    except Exception:
-        return 0
-    finally:
-        held.clear()
-        fast_held.clear()
-
-
-class _Progress:
+class Progress:
     """Calls ``callback(done_bytes, total_bytes)`` at the start, every 1%, and at the end."""
 
     __slots__ = ("callback", "total", "done", "next", "step")
@@ -457,148 +87,23 @@ class _Progress:
         self.callback(self.total, self.total)
 
 
-# --------------------------------------------------------------------------------------------
-# Copies to CUDA through pinned memory
-
-
-class _Stager:
-    """CPU -> one CUDA device through a ring of pinned staging buffers.
-
-    Each tensor is copied (host memcpy) into pinned memory and from there to a new device
-    tensor with ``non_blocking=True``: the copies overlap, and the transaction synchronises
-    once at the end. A buffer is reused only after an event says its copies are done, so a
-    move bigger than the ring waits per buffer (every 64 MiB), never per tensor. Pinned
-    buffers come from torch's caching host allocator and are reused by the next move.
-    """
-
-    CHUNK = 64 << 20
-    RING = 2
-
-    def __init__(self, torch: Any, dest: Any) -> None:
-        self.torch = torch
-        self.dest = dest
-        self.bufs: list[Any] = []
-        self.events: list[Any] = []
-        self.cur = -1
-        self.off = self.CHUNK  # forces a buffer on first use
-        self.usable = True  # False once pinned memory could not be had: plain copies then
-
-    def eligible(self, t: Any) -> bool:
-        torch = self.torch
-        try:
-            return (
-                self.usable
-                and t.device.type == "cpu"
-                and t.layout == torch.strided
-                and not t.is_quantized
-                and type(t) in (torch.Tensor, torch.nn.Parameter)
-                and t.is_contiguous()
-                and 0 < t.nbytes <= self.CHUNK
-            )
-        except Exception:
-            return False
-
-    def _next_buffer(self) -> None:
-        torch = self.torch
-        if self.cur >= 0:
-            event = torch.cuda.Event()
-            event.record(torch.cuda.current_stream(self.dest))
-            self.events[self.cur] = event
-        self.cur = (self.cur + 1) % self.RING
-        if self.cur >= len(self.bufs):
-            try:
-                buffer = torch.empty(self.CHUNK, dtype=torch.uint8, pin_memory=True)
-            except RuntimeError:  # no pinned memory here (limits, containers): plain copies
-                self.usable = False
-                raise _NoPinnedMemory from None
-            self.bufs.append(buffer)
-            self.events.append(None)
-        elif self.events[self.cur] is not None:
-            self.events[self.cur].synchronize()  # its copies are done: the buffer is free
-        self.off = 0
-
-    def to(self, t: Any) -> Any:
-        torch = self.torch
-        nb = t.nbytes
-        off = -(-self.off // 64) * 64
-        if off + nb > self.CHUNK:
-            self._next_buffer()
-            off = 0
-        staged = self.bufs[self.cur][off : off + nb].view(t.dtype).view(t.shape)
-        staged.copy_(t)
-        new = torch.empty(t.shape, dtype=t.dtype, device=self.dest)
-        new.copy_(staged, non_blocking=True)
-        self.off = off + nb
-        return new
-
-
-class Copier:
-    """How the transaction copies one tensor to a device: staged through pinned memory for
-    CPU -> CUDA, ``t.to(dest)`` otherwise (``non_blocking`` towards CUDA)."""
-
-    def __init__(self, torch: Any) -> None:
-        self.torch = torch
-        self.stagers: dict[Any, _Stager] = {}
-        self.stage = True
-
-    def to(self, t: Any, dest: Any) -> Any:
-        if dest.type != "cuda":
-            return t.to(dest)
-        # (Module._apply hands over Parameters under no_grad: their copies carry no graph)
-        if self.stage and (not t.requires_grad or not self.torch.is_grad_enabled()):
-            stager = self.stagers.get(dest)
-            if stager is None:
-                stager = self.stagers[dest] = _Stager(self.torch, dest)
-            if stager.eligible(t):
-                try:
-                    return stager.to(t)
-                except _NoPinnedMemory:
-                    pass
-        return t.to(dest, non_blocking=True)
-
-
-class _NoPinnedMemory(Exception):
-    """Pinned staging memory could not be allocated (the copy goes the plain way)."""
-
-
-# --------------------------------------------------------------------------------------------
-# Running a plan
-
-
-def check_memory(plan: Plan, need: dict[Any, int], free_bytes: int | None) -> None:
-    for target, nbytes in need.items():
-        if nbytes <= 0:
-            continue
-        if free_bytes is not None:
-            free: int | None = int(free_bytes)
-        elif target.type == "meta":
-            free = None  # meta stores nothing
-        else:
-            free = device_free_bytes(target)
-        if free is not None and nbytes > free:
-            raise MoveError(
-                f"needs {format_bytes(nbytes)}, {format_bytes(max(free, 0))} free on "
-                f"{target} — nothing was moved"
-            )
-
-
 def execute(
     plan: Plan,
     progress: ProgressCallback | None,
     started: float,
     free_bytes: int | None,
     to_meta: bool,
+    record_undo: RecordUndo,
 ) -> MoveResult:
     """Apply ``plan``: all of it, or nothing (the result's ``failed`` then says why)."""
-    from .undo import UndoRecord
-
-    plan.finalize()
-    need = plan.needed_bytes()
-    check_memory(plan, need, free_bytes)  # raises MoveError: nothing touched yet
-    total = plan.data_bytes
+    finish_bulk(plan)
+    budget = needed_bytes(plan)
+    check_memory(budget.need, free_bytes)  # raises MoveError: nothing touched yet
+    total = budget.data_bytes
     state = _RunState()
     try:
-        _run(plan, state, _Progress(progress, total) if progress is not None else None, need)
+        report = Progress(progress, total) if progress is not None else None
+        _run(plan, state, report, budget.need)
     except BaseException as e:
         problems = _rollback(plan, state)
         if not isinstance(e, Exception):
@@ -620,8 +125,8 @@ def execute(
         if it.listed
     ]
     # (generator expressions, not for-loops: a loop variable would keep old tensors alive)
-    moved.extend(item for fs in plan.fast_sets for item in _fast_items(plan, fs))
-    record = UndoRecord(plan.ns, to_meta, items, plan.fast_sets, state.new_of) if moved else None
+    moved.extend(item for bulk in plan.bulk for item in _bulk_items(plan, bulk))
+    record = record_undo(plan.ns, to_meta, items, plan.bulk, state.new_of) if moved else None
     held = _old_storages(plan)
     # Drop every reference the plan holds to the old tensors, then see which storages live on.
     del items, state
@@ -629,42 +134,42 @@ def execute(
     plan.groups = {}
     plan.modules = {}
     plan.param_records = {}
-    plan.writes = []
+    plan.put_backs = []
     plan.rebuilds = {}
     plan.clear_walks()
-    fast_held = [(fs.storages, fs.keys) for fs in plan.fast_sets]
-    plan.fast_sets = []
-    still_held = _still_held(held, fast_held)
+    bulk_held = [(bulk.storages, bulk.keys) for bulk in plan.bulk]
+    plan.bulk = []
+    still_held = _still_held(held, bulk_held)
     return MoveResult(
         device=plan.label,
         moved=moved,
         skipped=list(plan.skipped),
         seconds=time.perf_counter() - started,
         bytes_moved=total,
-        predicted_bytes=sum(need.values()),
+        predicted_bytes=sum(budget.need.values()),
         still_held_bytes=still_held,
         _undo=record,
     )
 
 
-def _fast_items(plan: Plan, fs: FastSet) -> Iterable[MovedItem]:
-    froms = {d: (plan.dstr(d),) for d in fs.distinct}
+def _bulk_items(plan: Plan, bulk: BulkTensors) -> Iterable[MovedItem]:
+    froms = {d: (plan.device_label(d),) for d in bulk.distinct}
     if len(froms) == 1:
         sources: Iterable[tuple[str, ...]] = repeat(next(iter(froms.values())))
     else:
-        sources = map(froms.__getitem__, fs.devices)
+        sources = map(froms.__getitem__, bulk.devices)
     fields = zip(
-        fs.names,
+        bulk.names,
         repeat("tensor"),
-        fs.nbytes,
+        bulk.nbytes,
         sources,
-        repeat(plan.dstr(fs.dest)),
+        repeat(plan.device_label(bulk.dest)),
         strict=False,  # repeat() is endless
     )
     return map(tuple.__new__, repeat(MovedItem), fields)
 
 
-def _resolve(plan: Plan, old: Any, new_of: dict[int, Any], memo: dict[int, Any]) -> Any:
+def resolve(plan: Plan, old: Any, new_of: dict[int, Any], memo: dict[int, Any]) -> Any:
     """What ``old`` becomes: its copy (a tensor), itself rebuilt (an immutable container with
     moved children), or itself."""
     new = new_of.get(id(old))
@@ -675,94 +180,111 @@ def _resolve(plan: Plan, old: Any, new_of: dict[int, Any], memo: dict[int, Any])
         return old
     new = memo.get(id(old))
     if new is None:
-        from .. import objects
-
-        container, kind, parts = entry
-        changes = {key: _resolve(plan, child, new_of, memo) for key, child in parts}
-        new = memo[id(old)] = objects.rebuilt(container, kind, changes)
+        changes = {key: resolve(plan, child, new_of, memo) for key, child in entry.parts}
+        new = memo[id(old)] = objects.rebuilt(entry.container, entry.kind, changes)
     return new
 
 
-def _run(plan: Plan, state: _RunState, report: _Progress | None, need: dict[Any, int]) -> None:
-    from .plan import NAMESPACE, put_back
+def _run(plan: Plan, state: _RunState, report: Progress | None, need: dict[Any, int]) -> None:
+    copier = Copier(plan.torch)
+    _move_modules(plan, state, report, copier)
+    _copy_groups(plan, state, report, copier)
+    _copy_bulk(plan, state, report, copier)
+    _synchronise(plan, state, need)
+    _commit(plan, state)
+    if report is not None:
+        report.finish()
 
-    torch = plan.torch
-    copier = Copier(torch)
-    # 1. Modules and Parameters, in place.
+
+def _move_modules(plan: Plan, state: _RunState, report: Progress | None, copier: Copier) -> None:
+    """1. Modules and Parameters, in place."""
     for job in plan.modules.values():
         state.current = job.name
         state.applied.append(job)
         job.apply(copier)
         if report is not None:
             report.add(job.nbytes)
-    # 2. Plain tensors: copies, not yet visible.
+
+
+def _copy_groups(plan: Plan, state: _RunState, report: Progress | None, copier: Copier) -> None:
+    """2. Plain tensors: copies, not yet visible; one storage copied once."""
     new_of = state.new_of
-    anchors = _anchors(plan, new_of) if plan.modules and plan.groups else {}
+    anchors = moved_in_place(plan, new_of) if plan.modules and plan.groups else {}
     state.current = ""
     for gkey, members in plan.groups.items():
         if len(members) == 1 and gkey not in anchors:
-            t = members[0][0]
+            t = members[0].tensor
             if id(t) not in new_of:
-                state.current = members[0][1]
-                new_of[id(t)] = _copy_one(t, gkey[1], new_of, copier)
+                state.current = members[0].name
+                new_of[id(t)] = copy_one(t, gkey[1], new_of, copier)
         else:
-            state.current = members[0][1]
-            _copy_shared(torch, members, gkey[1], anchors.get(gkey), new_of, copier)
+            state.current = members[0].name
+            copy_shared(plan.torch, members, gkey[1], anchors.get(gkey), new_of, copier)
         if report is not None:
-            report.add(members[0][2])
-    to = torch.Tensor.to  # looked up now: tests replace it to inject faults
-    for fs in plan.fast_sets:
-        news = fs.news = []
+            report.add(members[0].storage_bytes)
+
+
+def _copy_bulk(plan: Plan, state: _RunState, report: Progress | None, copier: Copier) -> None:
+    """2b. Bulk tensors: one C-level map each (in 1% slices when progress is reported)."""
+    to = plan.torch.Tensor.to  # looked up now: tests replace it to inject faults
+    for bulk in plan.bulk:
+        copies: list[Any] = []
+        bulk.copies = copies
         try:
-            if fs.dest.type == "cuda":
-                news.extend(map(copier.to, fs.tensors, repeat(fs.dest)))
+            if bulk.dest.type == "cuda":
+                copies.extend(map(copier.to, bulk.tensors, repeat(bulk.dest)))
             elif report is None:
-                news.extend(map(to, fs.tensors, repeat(fs.dest)))
+                copies.extend(map(to, bulk.tensors, repeat(bulk.dest)))
             else:
-                step = max(len(fs.tensors) // 100, 1)
-                for i in range(0, len(fs.tensors), step):
-                    news.extend(map(to, fs.tensors[i : i + step], repeat(fs.dest)))
-                    report.add(sum(fs.nbytes[i : i + step]))
+                step = max(len(bulk.tensors) // 100, 1)
+                for i in range(0, len(bulk.tensors), step):
+                    copies.extend(map(to, bulk.tensors[i : i + step], repeat(bulk.dest)))
+                    report.add(sum(bulk.nbytes[i : i + step]))
         except BaseException:
-            state.current = fs.names[len(news)] if len(news) < len(fs.names) else ""
+            state.current = bulk.names[len(copies)] if len(copies) < len(bulk.names) else ""
             raise
-    # 3. One synchronisation: CUDA copies were issued with non_blocking=True.
+
+
+def _synchronise(plan: Plan, state: _RunState, need: dict[Any, int]) -> None:
+    """3. One synchronisation per CUDA device: copies were issued with non_blocking=True."""
     state.current = ""
     cuda = {d for d in need if d.type == "cuda"}
     cuda.update(d for d in _source_devices(plan) if d.type == "cuda")
-    for fs in plan.fast_sets:
-        cuda.update(d for d in fs.distinct if d.type == "cuda")
+    for bulk in plan.bulk:
+        cuda.update(d for d in bulk.distinct if d.type == "cuda")
     for d in cuda:
-        torch.cuda.synchronize(d)
-    # 4. Commit: new immutable containers first, then every write; rebinding names, items,
-    # attributes and optimizer state cannot run out of device memory.
+        plan.torch.cuda.synchronize(d)
+
+
+def _commit(plan: Plan, state: _RunState) -> None:
+    """4. New immutable containers first, then every write; rebinding names, items,
+    attributes and optimizer state cannot run out of device memory."""
     memo: dict[int, Any] = {}
-    resolved: list[tuple[Any, str, Any, Any, Any]] = []
-    for holder, kind, key, old in plan.writes:
-        new = _resolve(plan, old, new_of, memo)
-        if new is not old:
-            resolved.append((holder, kind, key, old, new))
+    resolved: list[tuple[PutBack, Any]] = []
+    for write in plan.put_backs:
+        new = resolve(plan, write.old, state.new_of, memo)
+        if new is not write.old:
+            resolved.append((write, new))
     committed = state.committed
-    for holder, kind, key, old, new in resolved:
+    for write, new in resolved:
+        holder, kind, key, _old = write
         state.current = key if kind == NAMESPACE and isinstance(key, str) else ""
-        committed.append((holder, kind, key, old))
+        committed.append(write)
         put_back(holder, kind, key, new)
     state.current = ""
     ns = plan.ns
     plain_dict = type(ns) is dict
-    for fs in plan.fast_sets:
+    for bulk in plan.bulk:
         if plain_dict:
-            state.fast_done.append((fs, len(fs.names)))
-            ns.update(zip(fs.names, fs.news, strict=True))
+            state.bulk_done.append((bulk, len(bulk.names)))
+            ns.update(zip(bulk.names, bulk.copies, strict=True))
         else:
-            state.fast_done.append((fs, 0))
-            for count, (name, new) in enumerate(zip(fs.names, fs.news, strict=True), 1):
+            state.bulk_done.append((bulk, 0))
+            for count, (name, new) in enumerate(zip(bulk.names, bulk.copies, strict=True), 1):
                 state.current = name
                 ns[name] = new
-                state.fast_done[-1] = (fs, count)
+                state.bulk_done[-1] = (bulk, count)
     state.current = ""
-    if report is not None:
-        report.finish()
 
 
 def _source_devices(plan: Plan) -> set[Any]:
@@ -774,31 +296,11 @@ def _source_devices(plan: Plan) -> set[Any]:
     return devices
 
 
-def _anchors(plan: Plan, new_of: dict[int, Any]) -> dict[tuple[Any, Any], tuple[Any, Any, int]]:
-    """Old storage -> (the tensor that now owns the moved storage, the old object views
-    hang from, its old offset) for storages moved in place by modules and Parameters.
-    Buffers that ``module.to`` rebound are also mapped by id, so a name bound to a buffer
-    follows it."""
-    anchors: dict[tuple[Any, Any], tuple[Any, Any, int]] = {}
-    for job in plan.modules.values():
-        for record in job.params:
-            p = record.param
-            _anchor(anchors, record.data, p, p)
-        for _key, b, sub, k in job.buffers:
-            nb = _slot(sub._buffers, k)
-            if nb is not None and nb is not b:
-                new_of.setdefault(id(b), nb)
-                _anchor(anchors, b, nb, b)
-    return anchors
-
-
 def _rollback(plan: Plan, state: _RunState) -> list[str]:
-    from .plan import NAMESPACE, put_back
-
     problems: list[str] = []
-    for fs, count in reversed(state.fast_done):
+    for bulk, count in reversed(state.bulk_done):
         try:
-            plan.ns.update(zip(fs.names[:count], fs.tensors[:count], strict=True))
+            plan.ns.update(zip(bulk.names[:count], bulk.tensors[:count], strict=True))
         except Exception:
             problems.append("names")
     for holder, kind, key, old in reversed(state.committed):
@@ -819,7 +321,7 @@ def _old_storages(plan: Plan) -> list[tuple[Any, Any, int]]:
     allocated on the old device."""
     out: dict[Any, Any] = {}
     for (key, _want), members in plan.groups.items():
-        s = members[0][3]
+        s = members[0].storage
         if s is not None:
             out[key] = s
     for job in plan.modules.values():
@@ -827,12 +329,43 @@ def _old_storages(plan: Plan) -> list[tuple[Any, Any, int]]:
             want = job.target_of(record.param)
             for t in (record.data, record.grad_data):
                 if t is not None and t.device != want:  # (what was already there stayed)
-                    key, _n, s = storage(t)
+                    key, _n, s = storage_of(t)
                     if s is not None:
                         out.setdefault(key, s)
-        for key, b, _sub, _k in job.buffers:
-            if b.device != job.target_of(b):
-                s = storage(b)[2]
+        for buffer in job.buffers:
+            if buffer.buffer.device != job.target_of(buffer.buffer):
+                s = storage_of(buffer.buffer)[2]
                 if s is not None:
-                    out.setdefault(key, s)
+                    out.setdefault(buffer.storage_key, s)
     return [(s, key, int(s.nbytes())) for key, s in out.items()]
+
+
+def _still_held(
+    held: list[tuple[Any, Any, int]], bulk_held: list[tuple[list[Any], list[Any]]]
+) -> int:
+    """Bytes of old storages that something other than this move still holds.
+
+    Called once the move dropped every tensor it held, keeping only the storages (``held``
+    triples of storage, key, bytes; for bulk tensors ``bulk_held`` pairs of storage and key
+    lists): a storage whose use count is above one (ours) is still referenced elsewhere
+    (IPython's ``Out``, an attribute, a ``state_dict()`` alias, a view) and its memory stays
+    allocated. Nothing here takes a weak reference to a Parameter (torch refuses to swap
+    tensors that have them).
+    """
+    import torch
+
+    use_count = getattr(torch._C, "_storage_Use_Count", None)
+    try:
+        if use_count is None:
+            return 0
+        # (the count is asked by StorageImpl address; the storage objects held keep it alive)
+        total = sum(n for s, _key, n in held if use_count(s._cdata) > 1)
+        for storages, _keys in bulk_held:
+            shared = map((1).__lt__, map(use_count, map(_CDATA, storages)))
+            total += sum(map(torch.UntypedStorage.nbytes, compress(storages, shared)))
+        return total
+    except Exception:
+        return 0
+    finally:
+        held.clear()
+        bulk_held.clear()

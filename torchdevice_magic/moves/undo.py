@@ -20,14 +20,16 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..units import device_sort_key
-from .result import MoveResult, ProgressCallback
-
-if TYPE_CHECKING:
-    from .plan import Item
-    from .transaction import FastSet
+from .jobs import BulkTensors, Plan, PlannedItem, Refused
+from .plan_modules import add_module
+from .plan_optimizers import add_followers, add_optimizer
+from .plan_tensors import queue_bulk
+from .planner import add
+from .result import MoveResult, ProgressCallback, reason
+from .transaction import execute
 
 
 class UndoEntry:
@@ -65,8 +67,8 @@ class UndoRecord:
         self,
         namespace: MutableMapping[str, Any],
         to_meta: bool,
-        items: list[Item],
-        fast_sets: list[FastSet],
+        items: list[PlannedItem],
+        bulk: list[BulkTensors],
         new_of: dict[int, Any],
     ) -> None:
         self.namespace = namespace
@@ -92,13 +94,14 @@ class UndoRecord:
             )
             self.entries.append(UndoEntry(item.name, kind, obj, layout, top))
         # bulk tensors: (names, ids of the new tensors, devices they came from)
-        self.fast = [(fs.names, list(map(id, fs.news)), fs.devices) for fs in fast_sets]
+        self.bulk = [(b.names, list(map(id, b.copies)), b.devices) for b in bulk]
+
+    def take_back(self, progress: ProgressCallback | None) -> MoveResult:
+        """Undo the move this record was made by (:meth:`MoveResult.undo` calls this)."""
+        return undo(self, progress)
 
 
 def undo(record: UndoRecord, progress: ProgressCallback | None) -> MoveResult:
-    from .plan import Plan
-    from .transaction import execute
-
     started = time.perf_counter()
     plan = Plan(record.namespace, "", explicit=False)
     ns = record.namespace
@@ -115,49 +118,46 @@ def undo(record: UndoRecord, progress: ProgressCallback | None) -> MoveResult:
         layout = entry.layout
         if entry.kind in ("tensor", "parameter"):
             targets.add(str(layout))
-            plan.add(entry.name, obj, layout)
+            add(plan, entry.name, obj, layout)
         elif entry.kind == "module":
             devices = set(layout.values())
             targets.update(str(d) for d in devices)
             one = next(iter(devices)) if len(devices) == 1 else None
-            _guarded(plan, entry, plan.add_module, obj, one, None if one else layout)
+            _guarded(plan, entry, add_module, obj, one, None if one else layout)
         elif entry.kind in ("container", "object"):
             targets.update(str(dev) for _oid, dev in layout.values())
-            plan.add(entry.name, obj, None, layout)
+            add(plan, entry.name, obj, None, layout)
         else:
             optimizers.append((entry, obj))
     tensor_type = plan.types[0]
     missing = object()
-    for names, ids, fast_devices in record.fast:
-        targets.update(str(d) for d in set(fast_devices))
-        for name, oid, dev in zip(names, ids, fast_devices, strict=True):
+    for names, ids, bulk_devices in record.bulk:
+        targets.update(str(d) for d in set(bulk_devices))
+        for name, oid, dev in zip(names, ids, bulk_devices, strict=True):
             obj = ns.get(name, missing)
             if id(obj) != oid:
                 plan.skipped.append((name, f"{name} was rebound since the move; left as it is"))
             elif type(obj) is tensor_type:
-                plan.add_fast(name, obj, dev)
+                queue_bulk(plan, name, obj, dev)
             else:  # a device's own tensor subclass (an out-of-tree backend's wrapper)
-                plan.add(name, obj, dev)
+                add(plan, name, obj, dev)
     # Last: optimizer state follows the parameters planned above (state created after the
     # move has no recorded device and follows its parameter like the rest).
     for entry, obj in optimizers:
         targets.update(str(d) for d in entry.layout.values())
-        _guarded(plan, entry, plan.add_optimizer, obj, entry.layout)
-    plan.add_followers()
+        _guarded(plan, entry, add_optimizer, obj, entry.layout)
+    add_followers(plan)
     plan.label = ", ".join(sorted(targets, key=device_sort_key)) or "original devices"
     try:
-        return execute(plan, progress, started, None, to_meta=False)
+        return execute(plan, progress, started, None, to_meta=False, record_undo=UndoRecord)
     finally:
         plan.T.forget_types()
 
 
-def _guarded(plan: Any, entry: UndoEntry, add: Any, *args: Any) -> None:
+def _guarded(plan: Plan, entry: UndoEntry, plan_it: Any, *args: Any) -> None:
     """Plan one module or optimizer back; one that cannot be planned is skipped with why."""
-    from .plan import Refused
-    from .result import reason
-
     try:
-        add(entry.name, *args, listed=entry.top)
+        plan_it(plan, entry.name, *args, listed=entry.top)
     except Refused as e:
         plan.skipped.append((entry.name, str(e)))
     except Exception as e:

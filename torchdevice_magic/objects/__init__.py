@@ -69,7 +69,9 @@ Storage identity
     inner tensors' storages (``__tensor_flatten__`` or tensors in the instance ``__dict__``)
     keyed under the outer device, else ``(device, "impl", StorageImpl address)``. Sparse,
     nested, quantized and fake tensors are handled; meta bytes count 0 in totals ("would
-    need" = nbytes).
+    need" = nbytes). ``storage_identity(T, tensor) -> StorageIdentity(key, nbytes, storage)``
+    is the same key for the one storage a tensor's data lives in (what a move groups aliases
+    by); ``storage_key(device, storage)`` the rule itself.
 Modules
     ``module_parts(T, module) -> ModuleParts`` (submodules, parameters, buffers, extra
     (label, tensor) pairs: packed weights of dynamic-quantized modules) for eager and
@@ -98,7 +100,16 @@ from .kinds import (
 from .modules import Dispatch, ModuleParts, accelerate_dispatch, module_parts
 from .optimizers import optimizer_params, optimizer_state_tensors
 from .putback import is_mutable, rebuilt, set_child
-from .storage import StorageKey, Storages, add_storages, inner_tensors
+from .storage import (
+    StorageIdentity,
+    StorageKey,
+    Storages,
+    add_storages,
+    inner_tensors,
+    storage_identity,
+    storage_key,
+    tensor_bytes,
+)
 from .storage import _unusual_storages as _unusual_storages
 from .walker import (
     ELEMENT_CAP,
@@ -148,6 +159,10 @@ __all__ = [
     "size",
     "Spec",
     "StorageKey",
+    "StorageIdentity",
+    "storage_identity",
+    "storage_key",
+    "tensor_bytes",
     "Storages",
     "is_mutable",
     "set_child",

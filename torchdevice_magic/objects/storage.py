@@ -5,11 +5,66 @@ quantized and fake tensors).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from .kinds import TorchTypes, _class_attr, _mro_of, instance_dict
 
 StorageKey = tuple[Any, ...]
+
+
+class StorageIdentity(NamedTuple):
+    """The one storage a tensor's data lives in, as the scan counts it."""
+
+    key: StorageKey
+    nbytes: int  # what the whole storage holds
+    storage: Any  # the UntypedStorage, None when the data is in no single storage
+
+
+def storage_key(device: str, storage: Any) -> StorageKey:
+    """THE key of an untyped storage on ``device``: ``(device, data pointer)``; a storage
+    without one (meta, empty) by its StorageImpl address."""
+    pointer = storage.data_ptr()
+    return (device, pointer) if pointer else (device, "impl", storage._cdata)
+
+
+def tensor_bytes(tensor: Any) -> int:
+    """Bytes of a tensor's data without storage access (sparse: values and indices)."""
+    try:
+        if tensor.is_sparse:
+            return int(tensor._values().nbytes + tensor._indices().nbytes)
+        return int(tensor.numel() * tensor.element_size())
+    except Exception:
+        return 0
+
+
+def storage_identity(T: TorchTypes | None, tensor: Any) -> StorageIdentity:
+    """The key :func:`add_storages` counts ``tensor``'s storage under, with its bytes and the
+    storage itself: a data_ptr-0 wrapper holding one tensor is that tensor's storage; a tensor
+    whose data is in no single storage (sparse, nested, a wrapper of several, fake) is keyed as
+    itself, ``(device, "object", id)``."""
+    try:
+        device = str(tensor.device)
+        storage = tensor.untyped_storage()
+        nbytes = storage.nbytes()
+        pointer = storage.data_ptr()
+    except Exception:
+        return StorageIdentity(
+            (_device_of(tensor), "object", id(tensor)), tensor_bytes(tensor), None
+        )
+    if not pointer and nbytes == 0 and device != "meta" and tensor.numel():
+        inner = inner_tensors(T, tensor) if T is not None else []
+        if len(inner) != 1:
+            return StorageIdentity((device, "object", id(tensor)), tensor_bytes(tensor), None)
+        storage = inner[0].untyped_storage()
+        nbytes = storage.nbytes()
+    return StorageIdentity(storage_key(device, storage), nbytes, storage)
+
+
+def _device_of(tensor: Any) -> str:
+    try:
+        return str(tensor.device)
+    except Exception:
+        return "?"
 
 
 #: storage key -> (device, nbytes the storage holds, or would need on meta)
@@ -26,14 +81,14 @@ def add_storages(T: TorchTypes, tensor: Any, device: str, into: Storages) -> int
     except Exception:
         return _unusual_storages(T, tensor, device, into)
     if pointer:
-        into[(device, pointer)] = (device, nbytes)
+        into[storage_key(device, storage)] = (device, nbytes)
         return nbytes
     if device != "meta":  # a wrapper subclass (out-of-tree device): key by its wrapped data
         inner = inner_tensors(T, tensor)
         if inner:
             return sum(add_storages(T, part, device, into) for part in inner)
     # no data pointer (meta, empty): the StorageImpl address identifies the storage
-    into[(device, "impl", storage._cdata)] = (device, nbytes)
+    into[storage_key(device, storage)] = (device, nbytes)
     return nbytes
 
 

@@ -11,7 +11,8 @@ Everything outside this package imports from here; the modules' private names st
 """
 
 from .composites import AGGREGATE_ABOVE, CONTAINER_ELEMENT_CAP, MAX_CONTAINER_DEPTH
-from .inventory import Inventory, orphan_warning
+from .facts import bytes_by_device
+from .inventory import Inventory, orphan_warning, register_drawing
 from .scanner import Scanner, scan
 
 __all__ = [
@@ -20,6 +21,8 @@ __all__ = [
     "MAX_CONTAINER_DEPTH",
     "Inventory",
     "Scanner",
+    "bytes_by_device",
     "orphan_warning",
+    "register_drawing",
     "scan",
 ]

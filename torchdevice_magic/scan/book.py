@@ -11,7 +11,7 @@ storage keys, sizes and the scan's state.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from itertools import compress
+from itertools import compress, count
 from operator import is_not, not_
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -42,6 +42,42 @@ class _State(NamedTuple):
     #: the plain tensors of the last full scan, and those of their names rebound since
     columns: _Columns | None = None
     dropped: frozenset[str] = frozenset()
+    #: this state's number (0: none), its parent's (the state the rescan that made it
+    #: started from; -1 after a full scan), and the names whose entries or columns differ
+    #: from the parent's (None: not known). With them, what changed from one cell to the next
+    #: costs what changed: a namespace grown cell by cell keeps most of its tensors as
+    #: entries, and comparing every entry after every cell would cost the whole namespace.
+    serial: int = 0
+    parent: int = -1
+    touched: tuple[str, ...] | None = None
+    #: names whose entry lists a record that spans devices (a module, an optimizer, a
+    #: container): the mixed-device warnings read these, not every entry
+    mixed: frozenset[str] = frozenset()
+    #: entries kept after the last full scan or fold (:mod:`.folding` folds again past it)
+    settled: int = 0
+
+
+#: numbers for states (:attr:`_State.serial`), never reused in a process
+_serials = count(1)
+
+
+def _new_serial() -> int:
+    return next(_serials)
+
+
+def _changed_names(old: _State, new: _State) -> list[str]:
+    """The top-level names whose entries may differ between two states of one namespace
+    (sharing the same columns), and the plain tensors dropped from the columns in between:
+    the rescan's own account when ``new`` was made from ``old``, else every entry compared
+    (identity, in C)."""
+    if new.touched is not None and old.serial and new.parent == old.serial:
+        return list(new.touched)
+    before, after = old.entries, new.entries
+    names = list(after)
+    changed = list(compress(names, map(is_not, map(before.get, names), after.values())))
+    changed.extend(before.keys() - after.keys())
+    changed.extend(new.dropped - old.dropped)
+    return list(dict.fromkeys(changed))
 
 
 def _names_left(old: list[str], new: list[str]) -> tuple[list[bool], list[str]] | None:
@@ -179,14 +215,9 @@ class _Book:
             appended = new_keys[len(kept_keys) :]
         if not old.dropped <= new.dropped:
             return False
-        before, after = old.entries, new.entries
-        names = list(after)
-        changed = list(compress(names, map(is_not, map(before.get, names), after.values())))
-        changed.extend(before.keys() - after.keys())
-        changed.extend(new.dropped - old.dropped)
         skip = set(appended).union(removed)
         fresh = set(appended)
-        changed = [name for name in dict.fromkeys(changed) if name not in skip]
+        changed = [name for name in _changed_names(old, new) if name not in skip]
         cache = inventory._record_cache
         scratch: dict[str, tuple[Any, list[Record]]] = {}  # old records: only counted
         parts = []

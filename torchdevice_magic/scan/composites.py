@@ -21,7 +21,6 @@ from ..records import Record
 from ..units import device_sort_key
 from .entries import _Entry, _module_entry, _optimizer_entry, _unreadable
 from .facts import (
-    _bytes_by_device,
     _device_names_of,
     _facts_record,
     _facts_storages,
@@ -33,6 +32,7 @@ from .facts import (
     _read_storages,
     _tensor_record,
     _TensorFacts,
+    bytes_by_device,
 )
 
 #: Containers nested deeper than this are not walked (a nested batch is rarely deeper).
@@ -153,7 +153,7 @@ def _tensor_list_entry(
             if grad is not None:
                 storages[grad.key] = (grad.device, grad.nbytes)
                 grad_bytes += 0 if grad.device == "meta" else grad.nbytes
-    by_device = _bytes_by_device(storages)
+    by_device = bytes_by_device(storages)
     device_names = tuple(sorted(by_device, key=device_sort_key))
     types = {tp.__name__ for tp in set(map(type, tensors))}
     element_type = types.pop() if len(types) == 1 else "mixed"
@@ -222,7 +222,7 @@ class _ContainerSummary:
         self.movable = self.movable and record.movable
 
     def record(self, value: Any, name: str, storages: Storages, walked: objects.Walk) -> Record:
-        by_device = _bytes_by_device(storages)
+        by_device = bytes_by_device(storages)
         devices = tuple(sorted(by_device, key=device_sort_key))
         element_type = next(iter(self.types)) if len(self.types) == 1 else "mixed"
         note = f"{self.count:,} {element_type} objects"

@@ -24,7 +24,6 @@ from ..objects import Kind, StorageKey, Storages, TorchTypes
 from ..records import Record
 from ..units import device_sort_key, format_bytes
 from .facts import (
-    _bytes_by_device,
     _data_ptr,
     _device_names_of,
     _facts_storages,
@@ -34,6 +33,7 @@ from .facts import (
     _read_storages,
     _sizes_by_device,
     _TensorFacts,
+    bytes_by_device,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -103,6 +103,12 @@ class _Entry:
 
 def _entry_storages(entry: Any) -> Mapping[StorageKey, tuple[str, int]]:
     return _facts_storages(entry) if type(entry) is _TensorFacts else entry.storages
+
+
+def _entry_spans_devices(entry: Any) -> bool:
+    """Whether an entry lists a shown record on more than one device (a module, an optimizer
+    or a container; a plain tensor's record never spans devices)."""
+    return type(entry) is _Entry and any(r.mixed and not r.hidden for r in entry.records)
 
 
 def _entry_volatile(entry: Any) -> bool:
@@ -252,12 +258,12 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
                 param_storages[packed_key] = (device, tensor.untyped_storage().nbytes())
         for key in param_storages:
             buffer_storages.pop(key, None)
-        param_bytes = _bytes_by_device(param_storages)
-        buffer_bytes = _bytes_by_device(buffer_storages)
+        param_bytes = bytes_by_device(param_storages)
+        buffer_bytes = bytes_by_device(buffer_storages)
         storages = {**param_storages, **buffer_storages}
         grad_storages: Storages = {}
         _read_storages(T, grads, grad_devices, grad_storages)
-        grad_bytes = _bytes_by_device(grad_storages)
+        grad_bytes = bytes_by_device(grad_storages)
         storages.update(grad_storages)
     param_count = sum(map(T.Tensor.numel, params)) + sum(t.numel() for _, t in parts.extra)
     device_set = set(param_devices) | set(buffer_devices)
@@ -274,10 +280,10 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
         for key in storages:
             offloaded.pop(key, None)
         storages.update(offloaded)
-        for device, nbytes in _bytes_by_device(offloaded).items():
+        for device, nbytes in bytes_by_device(offloaded).items():
             device_set.add(device)
             param_bytes[device] = param_bytes.get(device, 0) + nbytes
-        offloaded_bytes = sum(_bytes_by_device(offloaded).values())
+        offloaded_bytes = sum(bytes_by_device(offloaded).values())
         note = f"accelerate: {len(dispatch.weights)} weights held by its hooks"
         note += f" ({format_bytes(offloaded_bytes)})"
         if dispatch.on_disk:
@@ -298,7 +304,7 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
         shown = ", ".join(parts.uninitialized[:3]) + ("..." if len(parts.uninitialized) > 3 else "")
         notes.append(f"uninitialized lazy parameters: {shown}")
     if pending is None:
-        by_device = _bytes_by_device(storages)
+        by_device = bytes_by_device(storages)
         needed = _needed_bytes(storages)
     dtypes = set(map(_get_dtype, chain(params, buffers)))
     record = Record(
@@ -411,7 +417,7 @@ def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None 
         state_bytes = {device: 0 if device == "meta" else total for device, total in totals}
     else:
         _read_storages(T, state_tensors, devices, storages)
-        state_bytes = _bytes_by_device(storages)
+        state_bytes = bytes_by_device(storages)
         needed = _needed_bytes(storages)
     # torch keeps 0-dim ``step`` counters on the CPU on purpose: only real state counts, for
     # the mismatch check and for the devices the row shows (column-wise: Adam has 3 per param)

@@ -289,18 +289,35 @@ def _tensor_record(
     )
 
 
-def _bytes_by_device(storages: Mapping[StorageKey, tuple[str, int]]) -> dict[str, int]:
+def bytes_by_device(
+    storages: Mapping[StorageKey, tuple[str, int]], *, list_meta: bool = True
+) -> dict[str, int]:
+    """{device: bytes} of ``storages`` (each counted once): the one rule for bytes per
+    device, used by the scan and by the memory accounting. Meta storages occupy nothing: the
+    meta device is listed at 0 bytes (the devices an inventory's objects are on), or left out
+    with ``list_meta=False`` (an account of memory in use: holders, the per-cell timeline)."""
     values = storages.values()
-    if not values:
-        return {}
-    devices = set(map(_first, values))
-    if len(devices) == 1:  # one device (the usual case): summed in C
-        device = devices.pop()
-        return {device: 0 if device == "meta" else sum(map(_second, values))}
-    by_device: dict[str, int] = {}
-    for device, nbytes in values:
-        by_device[device] = by_device.get(device, 0) + (0 if device == "meta" else nbytes)
-    return by_device
+    if len(values) < 16:  # small: a plain loop beats building columns
+        by_device: dict[str, int] = {}
+        for device, nbytes in values:
+            if device != "meta":
+                by_device[device] = by_device.get(device, 0) + nbytes
+            elif list_meta:
+                by_device[device] = 0
+        return by_device
+    devices = list(map(_first, values))
+    kinds = list(dict.fromkeys(devices))  # in the order first seen
+    if len(kinds) == 1:  # one device (the usual case): summed in C
+        (device,) = kinds
+        if device != "meta":
+            return {device: sum(map(_second, values))}
+        return {device: 0} if list_meta else {}
+    sizes = list(map(_second, values))
+    return {
+        d: 0 if d == "meta" else sum(compress(sizes, map(d.__eq__, devices)))
+        for d in kinds
+        if list_meta or d != "meta"
+    }
 
 
 def _needed_bytes(storages: Mapping[StorageKey, tuple[str, int]]) -> int:

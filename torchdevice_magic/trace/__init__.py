@@ -11,8 +11,10 @@ a context manager, for callers that run the code themselves (``%%devicecheck --t
 the cell through IPython).
 
 The parts: :mod:`.report` (the report's data, text and HTML), :mod:`.recorder` (``Tracer``,
-``trace``), :mod:`.modes` (the torch mode classes, built on first use, and what the recorder
-reads of an op), :mod:`.frames` (the user's line, a tensor's name there, loop lines).
+``trace``), :mod:`.modes` (the torch mode classes, built on first use, and the ``Recorder``
+protocol they report to), :mod:`.ops` (what the recorder reads of an op), :mod:`.findings`
+(what one run found), :mod:`.locate` (the user's frame of an op), :mod:`.assembly` (findings
+to report) and :mod:`.frames` (library directories, a tensor's name in a frame, loop lines).
 Everything is importable from here (``from torchdevice_magic.trace import Tracer``).
 
 Pure core: no IPython import, and torch is imported only when the caller already did.

@@ -9,6 +9,7 @@ is built. Standard library only; ``torch.nn`` is looked up in ``sys.modules``.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import sys
 import sysconfig
@@ -16,7 +17,7 @@ from types import FrameType
 from typing import Any
 
 
-def _library_prefixes() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+def library_prefixes() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """Directories whose code is never "the user's line": (packages, stdlib, site-packages
     inside stdlib, which is the user's again: system Pythons put it there)."""
     packages = []
@@ -24,13 +25,20 @@ def _library_prefixes() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ..
         path = getattr(sys.modules.get(name), "__file__", None)
         if path:
             packages.append(os.path.dirname(os.path.abspath(path)) + os.sep)
+    return (tuple(packages), *_interpreter_prefixes())
+
+
+@functools.cache
+def _interpreter_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    # the interpreter's own directories never change in a process; asking sysconfig costs
+    # ~0.5 ms (per traced cell, without the cache)
     paths = sysconfig.get_paths()
     stdlib = {os.path.abspath(paths[k]) + os.sep for k in ("stdlib", "platstdlib") if paths.get(k)}
     site = {os.path.abspath(paths[k]) + os.sep for k in ("purelib", "platlib") if paths.get(k)}
-    return tuple(packages), tuple(stdlib), tuple(site)
+    return tuple(stdlib), tuple(site)
 
 
-def _name_in_frame(frame: FrameType, tensor: Any, modules: list[tuple[str, Any]]) -> str | None:
+def name_in_frame(frame: FrameType, tensor: Any, modules: list[tuple[str, Any]]) -> str | None:
     """The name that holds ``tensor`` (by identity) seen from ``frame``: a local variable, a
     parameter/buffer/tensor attribute of the module the op runs in (``model.fc.weight``) or
     of a module the frame holds (``self.scale``); a view is named after its base."""
@@ -85,7 +93,7 @@ def _name_in_module(module: Any, tensor: Any) -> str | None:
     return None
 
 
-def _loop_lines(source: str) -> set[int]:
+def loop_lines(source: str) -> set[int]:
     """Lines of ``source`` inside a for/while loop (or a comprehension)."""
     try:
         tree = ast.parse(source)

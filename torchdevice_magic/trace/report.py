@@ -13,7 +13,7 @@ from typing import Any
 
 from ..units import device_sort_key, format_bytes
 
-_NAMED_COPIES = 3
+NAMED_COPIES = 3
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Transfer:
         if not self.names:
             return None
         # only the first few copies are looked up: more names may hide behind a full list
-        more = ", ..." if len(self.names) >= _NAMED_COPIES and self.count > len(self.names) else ""
+        more = ", ..." if len(self.names) >= NAMED_COPIES and self.count > len(self.names) else ""
         return ", ".join(self.names) + more
 
     @property

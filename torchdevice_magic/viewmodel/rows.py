@@ -11,6 +11,7 @@ from itertools import compress, repeat
 from operator import and_, getitem
 from typing import Any
 
+from ..devices import full_device_name, same_device
 from ..units import device_sort_key, format_bytes
 
 #: Internal codes some parts of the core use, said in words wherever a view shows them.
@@ -176,14 +177,13 @@ def size_text(record: Any) -> str:
 
 
 def _device_name(name: str) -> str:
-    """A device's full name: ``cuda`` is ``cuda:0`` (``cpu`` and ``meta`` have no index)."""
-    name = name.strip()
-    return name if ":" in name or name in ("cpu", "meta") else name + ":0"
+    """A device's full name (:func:`~torchdevice_magic.devices.full_device_name`)."""
+    return full_device_name(name)
 
 
 def _same_device(device: str, target: str) -> bool:
-    """``cuda`` and ``cuda:0`` name the same device."""
-    return _device_name(device) == _device_name(target)
+    """The one "same device" rule (:func:`~torchdevice_magic.devices.same_device`)."""
+    return same_device(device, target)
 
 
 def row_action(

@@ -5,7 +5,7 @@ Buttons are pressed with ``Button.click()``; every test checks the namespace (wh
 moved) and what the table shows. ``meta`` is the second device on machines without a GPU
 (``session.config.allow_meta_target``); a move to meta cannot be undone (meta keeps no data),
 so the undo round trip uses torch's ``lazy`` backend, a CPU-only device that keeps data, the
-way tests/test_moving.py does.
+way the tests in tests/moves/ do.
 """
 
 from __future__ import annotations

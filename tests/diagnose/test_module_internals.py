@@ -1,0 +1,319 @@
+"""Inside the model: plain tensor attributes, tensors made in forward() without a device,
+unnamed tensors from helpers. Real model code, used as a demanding user would: an in-process IPython shell with the
+extension loaded, cpu + the simulated accelerator. For each situation the diagnosis that the
+user sees after the failing cell names the right culprit on the right device, its fix is
+valid Python, and applying the fix (and, where offered, the one-click move through the
+planner) makes the same cell succeed.
+
+Regressions of the diagnose2 lane: a submodule's plain tensor attribute was fixed with
+``model.2.register_buffer(...)`` (a SyntaxError); ``%%devicecheck`` without ``-d`` said "as
+asked"; a trainer object's batch was "fixed" by a comment pointing at cpu and the button
+moved the trainer's model away from its optimizer's device; a hidden state made inside
+``forward()`` without a device was not found at all.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from diagnosis_checks import (
+    apply_cell_fixes,
+    assert_succeeds,
+    culprit,
+    failing,
+    setup,
+)
+
+HEAD = """
+import torch, torch.nn as nn
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.temperature = torch.ones(4)
+    def forward(self, h):
+        return self.fc(h) / self.temperature
+"""
+
+TRAINER = """
+import torch, torch.nn as nn
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+    def step(self, batch):
+        x, y = batch
+        loss = nn.functional.mse_loss(self.model(x), y)
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return loss
+"""
+
+
+@pytest.mark.simulated
+def test_plain_tensor_attribute_of_a_submodule_is_named_and_fixed(
+    ip, shown, simulated_device
+) -> None:
+    dev = simulated_device
+    setup(
+        ip,
+        HEAD + "model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), Head()).to(DEV)\n"
+        "x = torch.randn(2, 3, device=DEV)",
+        dev,
+    )
+    d = failing(ip, "y = model(x)")
+    text = shown[-1]
+    # before: "Fix: model.2.register_buffer(...)" -- a SyntaxError when the user ran it
+    assert "model[2].temperature (Tensor, 16 B, a plain tensor attribute of Head) is on cpu" in text
+    assert culprit(d, "model[2].temperature").devices == ("cpu",)
+    assert "in forward()" not in text  # forward's input h is where it should be: not listed
+    assert d.fix_lines[0].source == (
+        f'model[2].register_buffer("temperature", vars(model[2]).pop("temperature").to("{dev}"))'
+    )
+    assert d.fix_lines[1].where == "class Head.__init__"
+    assert d.fix_lines[1].source == 'self.register_buffer("temperature", torch.ones(4))'
+    assert "a plain tensor attribute: .to() on its module does not move it" in text
+    assert d.action is None  # not a move of namespace names: no button
+    apply_cell_fixes(ip, d)
+    assert_succeeds(ip, "y = model(x)")
+    assert "temperature" in dict(ip.user_ns["model"][2].named_buffers())
+    # the class fix, applied to the source: a new model moves as a whole
+    setup(ip, HEAD.replace("self.temperature = torch.ones(4)", d.fix_lines[1].source), dev)
+    setup(ip, "model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), Head()).to(DEV)", dev)
+    assert_succeeds(ip, "y = model(x)")
+
+
+def test_submodule_paths_are_python_and_resolve_back() -> None:
+    import torch.nn as nn
+
+    from torchdevice_magic.diagnose.collect import resolve_chain as _resolve
+    from torchdevice_magic.diagnose.collect import submodule_expression as _submodule_expr
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = nn.LayerNorm(4)
+
+    net = nn.Module()
+    net.blocks = nn.ModuleList([Block(), Block()])
+    net.heads = nn.ModuleDict({"a-b": nn.Linear(4, 4), "cls": nn.Linear(4, 2)})
+    net.add_module("0", nn.Linear(4, 4))  # a digit name on a plain Module: no [] there
+    torch = __import__("torch")
+    cases = {
+        "blocks.1.norm": "net.blocks[1].norm",
+        "heads.a-b": 'net.heads["a-b"]',
+        "heads.cls": "net.heads.cls",
+        "0": 'net.get_submodule("0")',
+    }
+    for path, expected in cases.items():
+        expr = _submodule_expr("net", net, path, torch)
+        assert expr == expected
+        if "get_submodule" not in expr:
+            ok, obj = _resolve({"net": net}, expr, torch)
+            assert ok and obj is net.get_submodule(path)
+    assert _resolve({"net": net}, "net.blocks[1].norm.weight", torch)[1] is (
+        net.blocks[1].norm.weight
+    )
+
+
+@pytest.mark.simulated
+def test_hidden_state_made_in_forward_without_a_device(ip, shown, simulated_device) -> None:
+    dev = simulated_device
+    setup(
+        ip,
+        """
+        import torch, torch.nn as nn
+        class Tagger(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(20, 6)
+                self.lstm = nn.LSTM(6, 4, batch_first=True)
+            def forward(self, idx):
+                e = self.emb(idx)
+                h0 = torch.zeros(1, idx.shape[0], 4)
+                c0 = torch.zeros(1, idx.shape[0], 4)
+                o, _ = self.lstm(
+                    e, (h0, c0)
+                )  # a call over several lines: the whole statement is read
+                return o
+        tagger = Tagger().to(DEV)
+        idx = torch.randint(0, 20, (2, 5), device=DEV)
+        """,
+        dev,
+    )
+    d = failing(ip, "y = tagger(idx)")
+    text = shown[-1]
+    # before: 'Fix: # move the tensor passed as 'hidden' to "simdev:0": x = x.to(...)'
+    assert "h0 (Tensor, 32 B, in forward()) is on cpu" in text
+    assert " e (" not in text  # an intermediate already on the device is not a culprit
+    assert [(f.where, f.source) for f in d.fix_lines] == [
+        ("frame forward", "h0 = torch.zeros(1, idx.shape[0], 4, device=idx.device)"),
+        ("frame forward", "c0 = torch.zeros(1, idx.shape[0], 4, device=idx.device)"),
+    ]
+    assert "h0 and c0 are made in Tagger.forward() without a device" in text
+    assert d.action is None  # the class must change: no button
+
+
+@pytest.mark.simulated
+def test_tensor_made_in_forward_fix_applied_to_the_class(ip, shown, simulated_device) -> None:
+    dev = simulated_device
+    source = textwrap.dedent(
+        """
+        import torch, torch.nn as nn
+        class Gate(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 4)
+            def forward(self, x):
+                mask = torch.ones(x.shape[0], 4)
+                return self.fc(x) * mask
+        """
+    )
+    setup(ip, source + "gate = Gate().to(DEV)\nx = torch.randn(3, 4, device=DEV)", dev)
+    d = failing(ip, "y = gate(x)")
+    assert culprit(d, "mask").devices == ("cpu",)
+    (line,) = d.fix_lines
+    assert line == type(line)("frame forward", "mask = torch.ones(x.shape[0], 4, device=x.device)")
+    fixed = source.replace("mask = torch.ones(x.shape[0], 4)", line.source)
+    setup(ip, fixed + "gate = Gate().to(DEV)", dev)
+    assert_succeeds(ip, "y = gate(x)")
+
+
+def test_attribute_left_behind_a_meta_module_still_gets_the_buffer_fix(ip, shown) -> None:
+    # cpu + meta (no second real device): nothing real moves to meta, so the attribute is not
+    # moved; the cause is still that .to("meta") left it behind, and the class fix is safe.
+    setup(
+        ip,
+        HEAD + 'model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), Head()).to("meta")\n'
+        'x = torch.randn(2, 3, device="meta")',
+        "meta",
+    )
+    d = failing(ip, "y = model(x)")
+    text = shown[-1]
+    assert "model[2].temperature (Tensor, 16 B, a plain tensor attribute of Head) is on cpu" in text
+    assert not d.safe
+    assert ("class Head.__init__", 'self.register_buffer("temperature", torch.ones(4))') in [
+        (f.where, f.source) for f in d.fix_lines
+    ]
+    assert 'Instead (in Head.__init__): self.register_buffer("temperature", torch.ones(4))' in text
+    assert (
+        "model[2].temperature is a plain tensor attribute, so .to() on its module left it" in text
+    )
+
+
+@pytest.mark.simulated
+def test_positions_made_in_forward_follow_the_input(ip, shown, simulated_device) -> None:
+    dev = simulated_device
+    source = textwrap.dedent(
+        """
+        import torch, torch.nn as nn
+        class Pos(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.tok = nn.Embedding(30, 8); self.pos = nn.Embedding(16, 8)
+            def forward(self, ids):
+                positions = torch.arange(ids.shape[1])
+                return self.tok(ids) + self.pos(positions)
+        """
+    )
+    setup(ip, source + "model = Pos().to(DEV)\nids = torch.randint(0, 30, (2, 5), device=DEV)", dev)
+    d = failing(ip, "out = model(ids)")
+    assert "positions (Tensor, 40 B, in forward()) is on cpu" in shown[-1]
+    assert [(f.where, f.source) for f in d.fix_lines] == [
+        ("frame forward", "positions = torch.arange(ids.shape[1], device=ids.device)")
+    ]
+    fixed = source.replace("positions = torch.arange(ids.shape[1])", d.fix_lines[0].source)
+    setup(ip, fixed + "model = Pos().to(DEV)", dev)
+    assert_succeeds(ip, "out = model(ids)")
+
+
+@pytest.mark.simulated
+def test_every_module_of_the_class_left_behind_is_fixed(ip, shown, simulated_device) -> None:
+    dev = simulated_device
+    setup(
+        ip,
+        """
+        import torch, torch.nn as nn
+        class Attn(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.q = nn.Linear(4, 4)
+                self.scale = torch.tensor([0.5, 0.5, 0.5, 0.5])
+            def _scaled(self, t):
+                return t * self.scale
+            def forward(self, x):
+                return self._scaled(self.q(x))
+        class Enc(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList([Attn(), Attn()])
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x)
+                return x
+        enc = Enc().to(DEV)
+        x = torch.randn(2, 4, device=DEV)
+        """,
+        dev,
+    )
+    d = failing(ip, "y = enc(x)")
+    text = shown[-1]
+    # the attribute read in a helper method (_scaled) of the first layer
+    assert "enc.layers[0].scale (Tensor, 16 B, a plain tensor attribute of Attn) is on cpu" in text
+    assert "2 Attn modules in enc hold scale as a plain tensor attribute" in text
+    # before: only enc.layers[0] was fixed, and the re-run failed in enc.layers[1]
+    apply_cell_fixes(ip, d)
+    assert_succeeds(ip, "y = enc(x)")
+    assert all("scale" in dict(layer.named_buffers()) for layer in ip.user_ns["enc"].layers)
+
+
+@pytest.mark.simulated
+def test_a_tensor_nobody_named_from_a_helper_or_inside_a_function(
+    ip, shown, simulated_device
+) -> None:
+    dev = simulated_device
+    setup(
+        ip,
+        "import torch, torch.nn as nn\n"
+        "def make_mask(n):\n    return torch.ones(n, 4)\n"
+        "def train(model, x):\n    return model(x) * torch.ones(3, 4)\n"
+        "model = nn.Linear(4, 4).to(DEV)\nx = torch.randn(3, 4, device=DEV)",
+        dev,
+    )
+    # before: 'Fix: model.to("cpu"); x = x.to("cpu")' -- the model taken off the device
+    d = failing(ip, "y = model(x) * make_mask(3)")
+    assert "make_mask(3) (expression, 0 B, created in line 1) is on cpu" in shown[-1]
+    assert [(f.where, f.source) for f in d.fix_lines] == [
+        ("line 1", f"y = model(x) * make_mask(3).to('{dev}')")
+    ]
+    assert_succeeds(ip, d.fix_lines[0].source)
+    # ... and made in the line of the function that failed (not its result: train is running)
+    d = failing(ip, "y = train(model, x)")
+    assert "torch.ones(3, 4) (expression, 0 B, in train()) is on cpu" in shown[-1]
+    assert [(f.where, f.source) for f in d.fix_lines] == [
+        ("frame train", f"return model(x) * torch.ones(3, 4, device='{dev}')")
+    ]
+    setup(ip, f"def train(model, x):\n    {d.fix_lines[0].source}", dev)
+    assert_succeeds(ip, "y = train(model, x)")
+    assert ip.user_ns["model"].weight.device.type != "cpu"
+
+
+@pytest.mark.simulated
+def test_attribute_found_when_the_method_does_not_call_it_self(ip, shown, simulated_device) -> None:
+    dev = simulated_device
+    setup(
+        ip,
+        HEAD.replace("self", "this") + "model = nn.Sequential(nn.Linear(3, 4), Head()).to(DEV)\n"
+        "x = torch.randn(2, 3, device=DEV)",
+        dev,
+    )
+    d = failing(ip, "y = model(x)")
+    assert (
+        "model[1].temperature (Tensor, 16 B, a plain tensor attribute of Head) is on cpu"
+        in (shown[-1])
+    )
+    assert d.fix_lines[1].where == "class Head.__init__"
+    apply_cell_fixes(ip, d)
+    assert_succeeds(ip, "y = model(x)")

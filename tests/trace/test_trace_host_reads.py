@@ -1,0 +1,73 @@
+"""trace(): values read back to the host per line (``.item()`` in a loop, boolean masks, and
+what dispatch cannot see: ``.tolist()``, ``.numpy()``, printing).
+
+Tests marked ``simulated`` run in the one child process that registers the simulated
+accelerator (see conftest.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from trace_checks import cell
+
+from torchdevice_magic.trace import trace
+
+ITEM_LOOP = cell(
+    """
+    x = torch.arange(10.0, device=DEV)
+    total = 0.0
+    for i in range(10):
+        total += x[i].item()
+    """
+)
+
+
+@pytest.mark.simulated
+def test_a_loop_calling_item_10_times_is_10_host_reads_on_its_line(simulated_device: str) -> None:
+    namespace = {"torch": torch, "DEV": simulated_device}
+    report = trace(ITEM_LOOP, namespace)
+    assert report.error is None and namespace["total"] == 45.0
+    [reads] = report.host_reads
+    assert (reads.line, reads.count, reads.device, reads.ops) == (
+        4,
+        10,
+        simulated_device,
+        (".item()",),
+    )
+    assert reads.syncs
+    assert report.first_divergence is None and not report.transfers
+    assert any("line 4 reads values from" in h and "10 times" in h for h in report.hints())
+
+
+def test_a_loop_calling_item_10_times_on_cpu() -> None:
+    report = trace(ITEM_LOOP, {"torch": torch, "DEV": "cpu"})
+    [reads] = report.host_reads
+    assert (reads.line, reads.count, reads.device) == (4, 10, "cpu")
+    assert not reads.syncs and not report.hints()  # the cpu never waits
+
+
+def test_host_reads_dispatch_cannot_see_are_named() -> None:
+    source = cell(
+        """
+        x = torch.tensor([1.0, -2.0, 3.0])
+        a = x.tolist()
+        b = x.numpy()
+        text = repr(x)
+        f = float(x[0])
+        ok = bool(x[1] > 0)
+        nz = x.nonzero()
+        label = f"{x[2]:.1f}"
+        """
+    )
+    report = trace(source, {"torch": torch})
+    ops = {r.line: r.ops for r in report.host_reads}
+    assert ops == {
+        2: (".tolist()",),
+        3: (".numpy()",),
+        4: ("print/repr",),
+        5: ("float()",),
+        6: ("bool()",),
+        7: ("nonzero",),
+        8: ("format",),
+    }
+    assert all(r.count == 1 for r in report.host_reads)  # printing's own ops are not counted

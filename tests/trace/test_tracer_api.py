@@ -1,0 +1,41 @@
+"""The recorder's faces: ``Tracer`` around code the caller runs, the package's ``trace`` and
+``Tracer``, and the report as text and escaped HTML."""
+
+from __future__ import annotations
+
+import torch
+
+from torchdevice_magic.trace import Tracer, TraceReport, trace
+
+
+def test_the_report_renders_as_text_and_escaped_html() -> None:
+    source = "x = torch.ones(2)\nw = torch.ones(2, device='meta')\ny = x @ w if 1 < 2 else '<b>'\n"
+    report = trace(source, {"torch": torch})
+    html = report._repr_html_()
+    assert "if 1 &lt; 2 else &#x27;&lt;b&gt;&#x27;" in html and "<b>'" not in html
+    assert "First divergence" in html
+    assert isinstance(report, TraceReport) and str(report) == report.text()
+    data = report.to_dict()
+    assert data["first_divergence"]["line"] == 3 and "meta" in data["error"]
+
+
+def test_a_tracer_around_code_attributes_ops_to_the_functions_it_calls() -> None:
+    tracer = Tracer({"torch": torch})
+    with tracer:
+        helper_that_moves()
+    [copy] = tracer.report().transfers
+    assert copy.function == "helper_that_moves" and copy.names == ("t",)
+    assert copy.line == helper_that_moves.__code__.co_firstlineno + 2
+
+
+def helper_that_moves() -> None:
+    t = torch.ones(1)
+    t.to("meta")
+
+
+def test_the_package_functions_are_the_recorder() -> None:
+    import torchdevice_magic as tdm
+
+    report = tdm.trace("y = torch.ones(2).to('meta')\n", {"torch": torch})
+    assert isinstance(report, tdm.TraceReport) and report.transfers[0].target == "meta"
+    assert tdm.Tracer is Tracer

@@ -1,0 +1,230 @@
+"""Planning modules and Parameters: they move in place (``module.to`` semantics), so
+Parameters stay the same objects and optimizers holding them stay valid.
+
+A module is refused up front where moving it by hand would break it: a model dispatched by
+accelerate, TorchScript where torch would have to swap Parameter objects, dynamic-quantized
+layers (packed weights live in C++ objects that only run on the CPU), meta parameters (no data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .. import objects
+from .jobs import (
+    BufferRecord,
+    ModuleJob,
+    ParamRecord,
+    Plan,
+    PlannedItem,
+    Refused,
+    SubmoduleRecord,
+    device_names,
+    in_place_ok,
+    storage_of,
+)
+
+META_ADVICE = (
+    "parameters on meta have no data: use model.to_empty(device=...) and load the weights again"
+)
+
+
+def accelerate_reason(T: Any, name: str, module: Any) -> str | None:
+    """Why a module dispatched by accelerate must not be moved by hand (objects reads the
+    hooks and the device map, the scan shows the same reason), or None."""
+    dispatch = objects.accelerate_dispatch(T, name, list(module.modules()))
+    return None if dispatch is None else dispatch.reason
+
+
+def script_reason(name: str, module: Any, T: Any) -> str | None:
+    """TorchScript modules keep their parameters in C++ slots: ``param.data = ...`` works
+    between devices with compatible tensor types (cpu <-> cuda), but where torch would have
+    to swap Parameter objects (cpu <-> meta, out-of-tree backends) it cannot: refuse up
+    front instead of failing half-way."""
+    script = T.ScriptModule
+    if script is None or not any(isinstance(m, script) for m in module.modules()):
+        return None
+    return (
+        f"{name} is a TorchScript module: its parameters cannot be swapped to this device "
+        "in place; script the model again after moving the original module"
+    )
+
+
+def module_tensors(m: Any) -> Iterable[Any]:
+    for p in m.parameters():
+        yield p
+        if p.grad is not None:
+            yield p.grad
+    yield from m.buffers()
+
+
+def module_bytes(m: Any) -> int:
+    seen: set[Any] = set()
+    total = 0
+    for t in module_tensors(m):
+        key, snb, _s = storage_of(t)
+        if key not in seen:
+            seen.add(key)
+            total += snb
+    return total
+
+
+def module_layout(m: Any) -> dict[str, Any]:
+    layout = {qual: p.device for qual, p in m.named_parameters()}
+    layout.update((qual, b.device) for qual, b in m.named_buffers())
+    return layout
+
+
+def is_parameter(torch: Any, t: Any) -> bool:
+    """A Parameter, also one of a device's tensor subclass (``nn.Parameter(subclass)`` keeps
+    the subclass and sets ``_is_param``, which Parameter's isinstance check reads)."""
+    tp = type(t)
+    if tp is torch.Tensor:
+        return False
+    return tp is torch.nn.Parameter or isinstance(t, torch.nn.Parameter)
+
+
+def add_parameter(plan: Plan, name: str, p: Any, dest: Any) -> None:
+    """A Parameter bound to a top-level name: moved in place, so it stays its module's."""
+    devs = {p.device}
+    grad = p.grad
+    if grad is not None:
+        devs.add(grad.device)
+    if devs == {dest}:
+        plan.skipped.append((name, f"already on {plan.device_label(dest)}"))
+        return
+    for d in devs:
+        plan.check_meta_source(name, d, dest, "this Parameter")
+    move_param_in_place(plan, name, p, dest)
+    snb = storage_of(p)[1]
+    to = plan.device_label(dest)
+    plan.items.append(PlannedItem(name, "parameter", p, device_names(devs), snb, to, p.device))
+
+
+def move_param_in_place(plan: Plan, name: str, p: Any, dest: Any) -> None:
+    """A Parameter outside any module moved in this call: move it in place, through a
+    holder module so it goes through exactly what ``module.to`` does."""
+    if id(p) in plan.param_dest:  # moves with its module, or was named twice
+        return
+    holder = plan.torch.nn.Module()
+    holder._parameters["p"] = p
+    job = ModuleJob(name, holder, dest, None)
+    record_module(plan, job, holder)
+    plan.modules[id(holder)] = job
+
+
+def _targets_by_name(m: Any, layout: dict[str, Any]) -> dict[int, Any]:
+    """Undo of a module that spanned devices: id(tensor) -> its device, by qualified name."""
+    dest_of: dict[int, Any] = {}
+    for qual, p in m.named_parameters():
+        d = layout.get(qual)
+        if d is not None:
+            dest_of[id(p)] = d
+            if p.grad is not None:
+                dest_of[id(p.grad)] = d
+    for qual, b in m.named_buffers():
+        d = layout.get(qual)
+        if d is not None:
+            dest_of[id(b)] = d
+    return dest_of
+
+
+def add_module(
+    plan: Plan, name: str, m: Any, dest: Any, layout: Any, listed: bool = True
+) -> PlannedItem | None:
+    """Plan moving module ``m`` to ``dest`` (or, undo, each tensor to its device in
+    ``layout``); None when nothing of it moves."""
+    accelerate = accelerate_reason(plan.T, name, m)
+    if accelerate is not None:
+        raise Refused(accelerate)
+    dest_of = _targets_by_name(m, layout) if dest is None else None
+    devices: set[Any] = set()
+    pending = False
+    for t in module_tensors(m):
+        dev = t.device
+        devices.add(dev)
+        want = dest if dest_of is None else dest_of.get(id(t), dev)
+        if dev == want:
+            continue
+        if dev.type == "meta":
+            raise Refused(f"{name}: {META_ADVICE}")
+        pending = True
+    packed = objects.module_parts(plan.T, m).extra
+    if packed and any(str(dest_) != "cpu" for dest_ in ([dest] if dest_of is None else [])):
+        raise Refused(
+            f"{name} holds dynamic-quantized layers: their packed weights live in C++ "
+            "objects that only run on the cpu; quantize the float model again after moving it"
+        )
+    if not pending:
+        if listed:
+            plan.skipped.append((name, _nothing_to_move(plan, devices, dest)))
+        return None
+    wants = {dest} if dest_of is None else set(dest_of.values())
+    if any(not in_place_ok(a, b) for a in devices for b in wants if a != b):
+        script = script_reason(name, m, plan.T)
+        if script is not None:
+            raise Refused(script)
+    to_device = plan.device_label(dest) if dest is not None else ", ".join(device_names(wants))
+    item = PlannedItem(
+        name,
+        "module",
+        m,
+        device_names(devices),
+        module_bytes(m),
+        to_device,
+        module_layout(m),
+        listed,
+    )
+    if id(m) not in plan.module_ids:  # else a submodule of a module moved in this call
+        job = ModuleJob(name, m, dest, dest_of)
+        record_module(plan, job, m)
+        plan.modules[id(m)] = job
+    plan.items.append(item)
+    return item
+
+
+def _nothing_to_move(plan: Plan, devices: set[Any], dest: Any) -> str:
+    """Why a module with nothing to move is skipped, in words that are true: a module
+    with no parameters or buffers (dynamic-quantized layers keep packed weights in C++
+    objects) is not "already on" anything."""
+    if not devices:
+        return "has no parameters or buffers to move"
+    where = plan.device_label(dest) if dest is not None else "its original devices"
+    return f"already on {where}"
+
+
+def record_module(plan: Plan, job: ModuleJob, m: Any) -> None:
+    """Record every submodule's parameters and buffers as they are now, for rollback.
+
+    Everything is read first and entered into the plan at the end, so a module that raises
+    while being read leaves the plan as it was (it is then skipped or refused)."""
+    subs: list[SubmoduleRecord] = []
+    records: list[ParamRecord] = []
+    buffers: list[BufferRecord] = []
+    seen_subs: set[int] = set()
+    seen_params: set[int] = set()
+    for sub in m.modules():
+        sid = id(sub)
+        if sid in plan.module_ids or sid in seen_subs:
+            continue
+        seen_subs.add(sid)
+        sub_params = list(sub._parameters.items())
+        sub_buffers = list(sub._buffers.items())
+        subs.append((sub, sub_params, sub_buffers))
+        for _k, p in sub_params:
+            if p is None or id(p) in plan.param_records or id(p) in seen_params:
+                continue
+            seen_params.add(id(p))
+            records.append(ParamRecord(p))
+        for k, b in sub_buffers:
+            if b is not None:
+                buffers.append(BufferRecord(storage_of(b)[0], b, sub, k))
+    targets = [job.target_of(r.param) for r in records]
+    plan.module_ids.update(seen_subs)
+    job.subs.extend(subs)
+    job.params.extend(records)
+    job.buffers.extend(buffers)
+    for record, target in zip(records, targets, strict=True):
+        plan.param_records[id(record.param)] = record
+        plan.param_dest[id(record.param)] = target

@@ -1,0 +1,393 @@
+"""The simulated accelerator's backend: a second device that keeps data, for CPU-only machines.
+
+    from torchdevice_magic.testing import simulated_accelerator
+    device_type = simulated_accelerator()          # "simdev"
+    x = torch.ones(3, device=device_type)          # lives on simdev:0, values kept on the host
+    x + torch.ones(3)                              # RuntimeError: Expected all tensors to be on
+                                                   # the same device, but found at least two
+                                                   # devices, simdev:0 and cpu!
+
+It is a pure-Python PrivateUse1 backend (``torch.utils.backend_registration``): a tensor on it is
+a storage-less wrapper (:class:`SimulatedTensor`) whose values live in a CPU tensor; one boxed
+fallback runs every aten operator on those CPU values and wraps the results again. So it keeps
+values, moves bit-exactly both ways, runs autograd and optimizers (SGD, Adam, fused AdamW), and
+when an operator's arguments mix devices it does what CUDA does (:mod:`.cuda_rules`: the mixes
+CUDA accepts, and each operator family's message) -- which ``meta`` does not (on torch 2.13
+``matmul``/``linear``/``bmm``/``embedding`` with one meta input return garbage).
+
+A wrapper's own strides are always contiguous (torch offers a Python backend no way to make a
+storage-less tensor with other strides); operators only ever see the host values, which keep the
+real strides and aliasing, and fused optimizer kernels get contiguous copies.
+
+What it does not have: pinned memory, memory statistics, streams, events or asynchrony (its
+``synchronize`` has nothing to wait for), a second device, DataParallel's scatter, cuDNN-only paths;
+``data_ptr()`` is 0 (the values' storage is reachable through ``__tensor_flatten__``, which is how
+:mod:`torchdevice_magic.objects` keys its storages -- the same protocol any wrapper tensor has).
+
+Registration is process-global and irreversible (PrivateUse1 can be renamed once per process) and
+makes ``torch.accelerator.current_accelerator()`` return it, so nothing registers it on import:
+tests that use it run in their own process (``@pytest.mark.simulated``), notebooks call it in
+their kernel.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any, SupportsIndex
+
+from .cuda_rules import accepts_cpu_scalars, device_error
+
+DEVICE_TYPE = "simdev"
+
+_state: dict[str, Any] = {}
+
+
+def simulated_accelerator() -> str:
+    """Register the simulated accelerator in this process (once) and return its device type.
+
+    Raises ``RuntimeError`` with one line when this process already gave the PrivateUse1 backend
+    another name (another out-of-tree accelerator is registered).
+    """
+    if "device_type" in _state:
+        return _state["device_type"]
+    import torch
+
+    current = torch._C._get_privateuse1_backend_name()
+    if current not in ("privateuseone", DEVICE_TYPE):
+        raise RuntimeError(
+            f"cannot register the simulated accelerator: this process already has the "
+            f"accelerator {current!r} on PrivateUse1"
+        )
+    if current == "privateuseone":
+        from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+        _setup_privateuseone_for_python_backend(DEVICE_TYPE, backend_module=_BackendModule())
+    library = torch.library.Library("_", "IMPL")  # a fallback needs the global fragment
+    library.fallback(_dispatch, "PrivateUse1")
+    views = torch.library.Library("aten", "IMPL")
+    for name in _composite_views(torch):
+        views.impl(name, _view_kernel(name), "PrivateUse1")
+    _state["libraries"] = (library, views)  # registrations live as long as the Library objects
+    _state["device_type"] = DEVICE_TYPE
+    _state["device"] = torch.device(DEVICE_TYPE, 0)
+    return DEVICE_TYPE
+
+
+def _dispatch(op: Any, *args: Any, **kwargs: Any) -> Any:
+    return _fallback(op, *args, **kwargs)
+
+
+def _composite_views(torch: Any) -> list[str]:
+    """Every aten operator with a CompositeExplicitAutograd(NonFunctional) kernel (detach,
+    transpose, expand, mse_loss, ...): those outrank a backend fallback. Left alone, such a kernel runs on the wrappers themselves: a view is made in
+    C++ from the wrapper's metadata, with no host values; an out tensor is resized on the host
+    while the wrapper keeps its old shape. Registered for PrivateUse1, they reach the fallback
+    instead, and their CPU kernels run on the host values."""
+    names = set()
+    for key in ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional"):
+        for name in torch._C._dispatch_get_registrations_for_dispatch_key(key):
+            namespace, _, rest = name.partition("::")
+            if namespace == "aten":
+                names.add(rest)
+    return sorted(names)
+
+
+def _view_kernel(name: str) -> Any:
+    import torch
+
+    base, _, overload = name.partition(".")
+    op = getattr(getattr(torch.ops.aten, base), overload or "default")
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return _fallback(op, *args, **kwargs)
+        except BaseException as error:
+            # A real backend raises from C++ and keeps nothing: drop this Python backend's
+            # frames' references to the arguments (views of the user's Parameters), which the
+            # traceback IPython keeps of the failed cell would otherwise hold -- and then
+            # Module.to(), which swaps Parameters of a wrapper-subclass device, refuses
+            # ("Couldn't swap Linear.weight") to apply the fix the diagnosis suggests.
+            traceback.clear_frames(error.__traceback__)
+            del args, kwargs
+            raise
+
+    return kernel
+
+
+def is_registered() -> bool:
+    return "device_type" in _state
+
+
+class _BackendModule:
+    """``torch.simdev``: what torch asks an accelerator's module for (one device, always ready)."""
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def device_count() -> int:
+        return 1
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def manual_seed_all(seed: int) -> None:
+        """Random operators run on the host, with the CPU generator torch.manual_seed seeds."""
+
+    @staticmethod
+    def synchronize(device: Any = None) -> None:
+        """Nothing to wait for: every operator already ran on the host when it returned."""
+
+
+def _wrapper_class() -> type:
+    wrapper = _state.get("wrapper")
+    if wrapper is None:
+        wrapper = _define_wrapper()
+        _state["wrapper"] = wrapper
+    return wrapper
+
+
+def _define_wrapper() -> type:
+    import torch
+
+    class SimulatedTensor(torch.Tensor):
+        """A tensor on the simulated device; its values are the CPU tensor ``.host``."""
+
+        # No subclass preservation: a result is a SimulatedTensor only when the fallback made it
+        # one (the default would turn ``.cpu()`` of a SimulatedTensor into one).
+        __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]  # torch's documented way to turn it off
+
+        @staticmethod
+        def __new__(cls, host: torch.Tensor) -> SimulatedTensor:
+            # A storage-less PrivateUse1 tensor with the host's shape and dtype. (Not
+            # _make_wrapper_subclass: that needs __torch_dispatch__, which would route every
+            # operator through Python dispatch instead of the PrivateUse1 fallback.) Its strides
+            # are contiguous whatever the host's: operators only ever see the host.
+            wrapper: Any = torch._C._acc.create_empty_tensor(tuple(host.shape), host.dtype)
+            wrapper.__class__ = cls
+            # The values hang on the wrapper's storage, not on the tensor object: torch keeps a
+            # storage's Python object (and so its attributes) alive exactly as long as the
+            # storage, and the tensors it makes in C++ without the fallback (``.data``, tensors
+            # autograd saves for backward, ``param.data = ...``) share that storage.
+            setattr(wrapper.untyped_storage(), "host", host)  # noqa: B010 - storages declare no such attribute
+            return wrapper
+
+        @property
+        def host(self) -> torch.Tensor:
+            return _host_of(self)
+
+        def __init__(self, host: torch.Tensor) -> None:
+            pass
+
+        def __tensor_flatten__(self) -> tuple[list[str], None]:
+            return ["host"], None
+
+        @staticmethod
+        def __tensor_unflatten__(
+            inner: dict[str, torch.Tensor], context: Any, size: Any, stride: Any
+        ) -> torch.Tensor:
+            return SimulatedTensor(inner["host"])
+
+        def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's stub names its keyword oddly
+            # torch's repr would read through the fallback value by value; one copy to the host
+            # (dispatched, so a trace sees the device->host read printing costs on a real device)
+            text = repr(self.cpu())
+            suffix = f", device='{self.device}'"
+            if text.endswith(")"):
+                return text[:-1] + suffix + ")"
+            return text + suffix
+
+        __str__ = __repr__
+
+        def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+            # pickling (torch.save, copy.deepcopy) keeps the values and the device
+            return (_rebuild, (self.host,))
+
+    # Tables and diagnoses show a tensor's type name; on a real accelerator it is "Tensor", and a
+    # notebook on the simulated device should read the same ("SimulatedTensor" is plumbing).
+    SimulatedTensor.__name__ = SimulatedTensor.__qualname__ = "Tensor"
+    return SimulatedTensor
+
+
+def _rebuild(host: Any) -> Any:
+    return _wrapper_class()(host)
+
+
+# Copies between devices mix devices by design; every other operator with tensors on the
+# simulated device and elsewhere follows CUDA's rules (cuda_rules.py).
+_CROSS_DEVICE_OPS = frozenset(
+    ("aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::to")
+)
+
+
+def _host_of(tensor: Any) -> Any:
+    host = getattr(tensor.untyped_storage(), "host", None)
+    if host is None:
+        raise RuntimeError(
+            f"this {DEVICE_TYPE} tensor has no values: it was made outside the simulated "
+            "accelerator"
+        )
+    return host
+
+
+def _call_fused(op: Any, args: Any, kwargs: Any) -> Any:
+    """Fused optimizer kernels walk raw memory as if contiguous. A wrapper always says it is
+    contiguous while its host may be a strided view (a transposed gradient), so they get
+    contiguous copies and what they update is copied back."""
+    import torch
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+
+    leaves, spec = tree_flatten((args, kwargs))
+    copies = [
+        leaf.contiguous() if isinstance(leaf, torch.Tensor) and not leaf.is_contiguous() else leaf
+        for leaf in leaves
+    ]
+    call_args, call_kwargs = tree_unflatten(copies, spec)
+    result = op(*call_args, **call_kwargs)
+    for original, copy in zip(leaves, copies, strict=True):
+        if copy is not original:
+            original.copy_(copy)
+    return result
+
+
+class _Call:
+    """One operator call: its arguments with simulated tensors replaced by their host values.
+
+    Arguments are walked directly (tensors, devices, and the lists/tuples aten takes), not with
+    pytree: this runs for every operator and pytree was three quarters of its cost."""
+
+    __slots__ = ("devices", "cpu_scalars", "hosts", "host_args")
+
+    def __init__(self) -> None:
+        self.devices: set[Any] = set()  # the devices of the tensor arguments but CPU scalars
+        self.cpu_scalars = False  # whether a 0-dim CPU tensor was passed
+        self.hosts: dict[int, Any] = {}  # id(host values) -> the simulated tensor they back
+        self.host_args: set[int] = set()  # ids of CPU tensors passed in
+
+    def unwrap(self, value: Any) -> Any:
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            if value.device.type == DEVICE_TYPE:
+                host = _host_of(value)
+                self.hosts[id(host)] = value
+                self.devices.add(value.device)
+                return host
+            self.host_args.add(id(value))
+            if value.device.type == "cpu" and value.dim() == 0:
+                self.cpu_scalars = True
+            else:
+                self.devices.add(value.device)
+            return value
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.unwrap(item) for item in value)
+        if isinstance(value, torch.device):
+            return torch.device("cpu") if value.type == DEVICE_TYPE else value
+        if isinstance(value, str) and value.partition(":")[0] == DEVICE_TYPE:
+            return "cpu"
+        return value
+
+    def input_storages(self) -> set[int]:
+        return {host.untyped_storage().data_ptr() for host in self.hosts_values()}
+
+    def hosts_values(self) -> list[Any]:
+        return [wrapped.host for wrapped in self.hosts.values()]
+
+
+# Operators whose sizes/strides/offsets were computed by torch from the *wrapper's* metadata,
+# which is always contiguous from offset 0 (``.contiguous()`` of a wrapper returns itself, so
+# ``x.t().contiguous().view(-1)`` reaches ``view`` with a transposed host).
+_WRAPPER_COORDINATE_OPS = frozenset(
+    ("aten::view", "aten::_unsafe_view", "aten::_reshape_alias", "aten::as_strided")
+)
+
+
+def _to_wrapper_coordinates(name: str, host_args: list[Any], host_kwargs: dict[str, Any]) -> None:
+    """Apply the wrapper's coordinates to its host: a host that is not contiguous is read as a
+    contiguous copy (what ``.contiguous()`` would have made on a real device), and an explicit
+    storage offset counts from the host's own first element."""
+    host = host_args[0]
+    import torch
+
+    if not isinstance(host, torch.Tensor):
+        return
+    base_offset = host.storage_offset()
+    if not host.is_contiguous():
+        host_args[0] = host = host.contiguous()
+        base_offset = 0
+    if name == "aten::as_strided":
+        given = host_args[3] if len(host_args) > 3 else host_kwargs.pop("storage_offset", None)
+        offset = base_offset + (given or 0)
+        if len(host_args) > 3:
+            host_args[3] = offset
+        else:
+            host_kwargs["storage_offset"] = offset
+
+
+def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
+    import torch
+
+    name = op.name()
+    call = _Call()
+    host_args = [call.unwrap(a) for a in args]
+    host_kwargs = {key: call.unwrap(value) for key, value in kwargs.items()}
+    mixed = len(call.devices) > 1 or (
+        call.cpu_scalars and call.devices and not accepts_cpu_scalars(op)
+    )
+    if mixed and name not in _CROSS_DEVICE_OPS:
+        error = device_error(op, args, kwargs)  # None for the mixes CUDA accepts
+        if error is not None:
+            raise error
+    if name in ("aten::_copy_from", "aten::_copy_from_and_resize"):
+        # copy_ between devices reaches a backend as _copy_from(src, dst), which has no CPU
+        # kernel: copy the host values, and answer with the destination as the caller knows it
+        source, destination = host_args[0], host_args[1]
+        if name == "aten::_copy_from_and_resize":
+            destination.resize_(source.shape)
+        destination.copy_(source)
+        return args[1]
+    if name in _WRAPPER_COORDINATE_OPS:
+        _to_wrapper_coordinates(name, host_args, host_kwargs)
+    if "pin_memory" in host_kwargs:
+        host_kwargs["pin_memory"] = False  # no pinned memory here
+    to_device = kwargs.get("device")
+    # results live on the simulated device when asked for it, or when computed from its tensors
+    wrap = torch.device(to_device).type == DEVICE_TYPE if to_device is not None else True
+    if name.startswith("aten::_fused_"):
+        result = _call_fused(op, host_args, host_kwargs)
+    else:
+        result = op(*host_args, **host_kwargs)
+    return _rewrap(result, call, wrap)
+
+
+def _rewrap(value: Any, call: _Call, wrap: bool) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        original = call.hosts.get(id(value))
+        if original is not None:  # in-place and out= results are their input
+            return original
+        if id(value) in call.host_args or not wrap or value.device.type != "cpu":
+            return value
+        if (
+            not value.is_contiguous()
+            and value.untyped_storage().data_ptr() not in call.input_storages()
+        ):
+            # A fresh result (no input's view) is made contiguous so that the wrapper's
+            # contiguous strides are the truth: fused kernels read memory in that order.
+            value = value.contiguous()
+        return _wrapper_class()(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_rewrap(item, call, wrap) for item in value)
+    return value

@@ -1,0 +1,107 @@
+"""Which line of the user's an op comes from: the innermost Python frame that is not library
+code (torch's, IPython's, the standard library's, this package's), found by walking ``f_back``
+with a per-code-object cache of whose code it is. Read only for the ops worth noting (copies,
+host reads, the first divergence), never for every op.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from types import CodeType, FrameType
+from typing import Any
+
+from .frames import library_prefixes
+
+#: the walk stopped at the code that entered the recorder: an op of ours or IPython's made
+#: outside the traced code (the post-execute hook's scan), not recorded
+OUTSIDE: Any = object()
+
+# whose code a code object is: the user's (0, falsy), this package's, or another library's
+_USERS, _OURS, _THEIRS = 0, 1, 2
+
+# this package's modules, all of them (the post-execute hook's scan is ours too)
+_PACKAGE_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+class FrameLocator:
+    """Finds the user's frame of an op; made when the recorder is entered.
+
+    ``stop``: the frame that entered the recorder (a walk reaching it was outside the traced
+    code). ``thread``: the thread that entered it (another thread's op borrows that thread's
+    stack). After each :meth:`locate`, ``direct`` says the user's line called the op with no
+    library Python code in between (``x.to(d)``, not ``model.to(d)`` copying each parameter)
+    and ``borrowed`` that the frame is the waiting thread's (its locals are not the op's).
+    """
+
+    def __init__(self, stop: FrameType | None, thread: int) -> None:
+        self.stop = stop
+        self.thread = thread
+        self.direct = True
+        self.borrowed = False
+        self._whose: dict[CodeType, int] = {}
+        # read on the first op worth noting: a cell that notes nothing never pays for it
+        self._prefixes: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None = None
+
+    def locate(self, frame: FrameType | None) -> Any:
+        """The user's frame for an op whose Python stack starts at ``frame``; None when no
+        frame of the user's is found, :data:`OUTSIDE` for ops outside the traced code."""
+        found = self.user_frame(frame)
+        self.borrowed = False
+        if found is None and threading.get_ident() != self.thread:
+            # autograd runs an accelerator's backward on its own thread, while the thread
+            # that entered the tracer waits in loss.backward(): that line is the user's
+            waiting = sys._current_frames().get(self.thread)
+            found = self.user_frame(waiting) if waiting is not None else None
+            self.borrowed = found is not None and found is not OUTSIDE
+        return found
+
+    def user_frame(self, frame: FrameType | None) -> Any:
+        """The innermost frame that is the user's, or None (other threads) / OUTSIDE; sets
+        ``direct``."""
+        whose = self._whose
+        stop = self.stop
+        direct = True
+        while frame is not None:
+            code = frame.f_code
+            kind = whose.get(code)
+            if kind is None:
+                kind = whose[code] = self._whose_code(code)
+            if not kind:
+                self.direct = direct
+                return frame
+            if frame is stop:
+                return OUTSIDE
+            if kind == _THEIRS:
+                direct = False
+            frame = frame.f_back
+        self.direct = direct
+        return None
+
+    def _whose_code(self, code: CodeType) -> int:
+        filename = code.co_filename
+        if filename.startswith("<frozen"):
+            return _THEIRS
+        if filename.startswith("<"):
+            return _USERS  # a cell, exec'd code
+        filename = os.path.abspath(filename)
+        if filename.startswith(_PACKAGE_DIRECTORY):
+            return _OURS
+        if self._prefixes is None:
+            self._prefixes = library_prefixes()
+        packages, stdlib, site = self._prefixes
+        if filename.startswith(packages):
+            return _THEIRS
+        if filename.startswith(stdlib) and not filename.startswith(site):
+            return _THEIRS
+        return _USERS
+
+    def cell_filename(self, frame: FrameType | None, namespace: dict[str, Any]) -> str | None:
+        """The file name the cell was compiled under: the frame running at module level in
+        ``namespace``, between ``frame`` and the frame that entered the recorder."""
+        while frame is not None and frame is not self.stop:
+            if frame.f_code.co_name == "<module>" and frame.f_globals is namespace:
+                return frame.f_code.co_filename
+            frame = frame.f_back
+        return None
