@@ -154,7 +154,5 @@ def parse_tensor_type(name: str) -> tuple[str | None, str | None]:
 
 
 _BACKEND_TYPE = re.compile(
-    r"([A-Za-z][A-Za-z0-9_]*?)("
-    + "|".join(sorted(_TYPE_STEMS, key=len, reverse=True))
-    + r")Type"
+    r"([A-Za-z][A-Za-z0-9_]*?)(" + "|".join(sorted(_TYPE_STEMS, key=len, reverse=True)) + r")Type"
 )
