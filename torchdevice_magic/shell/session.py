@@ -21,6 +21,7 @@ from traitlets import Bool, Int, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from .. import protocol, viewmodel
+from ..diagnose import ShownErrors, wrapped_cell
 from ..memory import Timeline, device_figures, reset_peaks
 from ..scan import Inventory, Scanner, orphan_warning
 
@@ -124,6 +125,13 @@ class DeviceSession:
         #: its traceback for %debug)
         self._last_handled_error: BaseException | None = None
         self._previous_custom_exc: tuple[Any, Any] | None = None
+        #: errors a magic caught and showed itself (%run): explained after the cell
+        self.shown_errors = ShownErrors()
+        #: cells running inside cells (%%capture runs its body as a cell), and the display of
+        #: the outermost one: a diagnosis is shown there, not into the capture
+        self._cell_depth = 0
+        self._outer_display: Any = None
+        self._outer_cell: Any = None
         #: the sidebar's comm channel (set by :func:`load`)
         self.channel: SidebarChannel | None = None
         self.timeline = Timeline(last_error=self._last_cell_error)
@@ -293,6 +301,10 @@ class DeviceSession:
         memory timeline can show this cell's peak. Never initialises a device; never raises."""
         self.running = info
         self._explained = None
+        if self._cell_depth == 0:
+            self._outer_display = getattr(self.shell, "display_pub", None)
+            self._outer_cell = info
+        self._cell_depth += 1
         self._peak_from_cell_start = False
         if "torch" not in sys.modules:
             return
@@ -306,6 +318,7 @@ class DeviceSession:
 
     def post_run_cell(self, result: Any) -> None:
         """After every (non-silent) cell. Never raises into the user's session."""
+        self._cell_depth = max(0, self._cell_depth - 1)
         if "torch" not in sys.modules:
             return  # nothing can hold a tensor yet, and we never import torch ourselves
         try:
@@ -321,7 +334,7 @@ class DeviceSession:
         names = cell_names(cell, self.shell)
         only_data = touches_only_data(names, self.namespace, self.inventory)
         inventory = self.rescan(names, recheck=not only_data)
-        error = getattr(result, "error_in_exec", None)
+        error = self.shown_errors.error_of(result)
         self.record_memory(result, names, inventory)
         explained = error is not None and error is self._explained
         self._explained = None
@@ -462,8 +475,17 @@ class DeviceSession:
         return explanation
 
     def show_diagnosis_result(self, diagnosis: Any, cell_id: str | None = None) -> None:
-        # text for terminals and logs, escaped HTML where a notebook renders it
-        self.publish({"text/plain": diagnosis.text(), "text/html": diagnosis._repr_html_()})
+        # text for terminals and logs, escaped HTML where a notebook renders it; shown where
+        # the outermost cell shows its output, as its traceback is (not into a %%capture)
+        shell, inner = self.shell, getattr(self.shell, "display_pub", None)
+        outer = self._outer_display if self._cell_depth > 1 else None
+        try:
+            if outer is not None:
+                shell.display_pub = outer
+            self.publish({"text/plain": diagnosis.text(), "text/html": diagnosis._repr_html_()})
+        finally:
+            if outer is not None:
+                shell.display_pub = inner
         if diagnosis.action is not None and getattr(self.shell, "kernel", None) is not None:
             from .fixbutton import fix_button
 
@@ -536,6 +558,10 @@ class DeviceSession:
                 else:
                     running = self.running
                     cell = getattr(running, "raw_cell", None) or ""
+                    if self._cell_depth > 1:  # %%capture's body: the user wrote the outer cell
+                        outer = getattr(self._outer_cell, "raw_cell", None) or ""
+                        if wrapped_cell(outer, cell) is outer:
+                            cell, running = outer, self._outer_cell
                     diagnosis = self.diagnose(value, cell)
                     cell_id = getattr(running, "cell_id", None)
                 if diagnosis is not None:
