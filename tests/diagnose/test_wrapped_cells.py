@@ -18,6 +18,8 @@ import pytest
 from diagnosis_checks import run, setup
 from IPython.utils.capture import capture_output
 
+from torchdevice_magic.diagnose import user_code, wrapped_cell
+
 SETUP = """
 import torch
 net = torch.nn.Linear(10, 2).to(DEV)
@@ -45,6 +47,32 @@ WRAPPERS = {
     "%%prun": ("%%prun -q\n{code}", 1, False),
     "magics among the code": ("%config Completer.use_jedi = False\n!true\n{code}", 2, False),
 }
+
+
+@pytest.mark.parametrize(
+    ("cell", "code"),
+    [
+        ("%%time\nout = f(x)", "pass\nout = f(x)"),
+        ("%time out = f(x)", "out = f(x)"),
+        ("%timeit -n 1 -r1 out = f(x)", "out = f(x)"),
+        ("%timeit -n1 -q out = -x", "out = -x"),
+        ("%%timeit -n1 prepare()\nout = f(x)", "prepare()\nout = f(x)"),
+        ("%%prun -s cumulative -q\nout = f(x)", "pass\nout = f(x)"),
+        ("%%capture --no-stderr captured\nout = f(x)", "pass\nout = f(x)"),
+        ("x = 1\n%time y = x\n!ls\n%config A.b = 1", "x = 1\ny = x\n!ls\n%config A.b = 1"),
+        ("for i in r:\n    %time g(i)", "for i in r:\n    g(i)"),
+        ("%capture y = 1", "%capture y = 1"),  # %%capture only: no line form
+    ],
+)
+def test_the_users_code_keeps_the_users_lines(cell: str, code: str) -> None:
+    assert user_code(cell) == code
+
+
+def test_a_nested_cell_belongs_to_the_capture_that_ran_it() -> None:
+    outer = "%%capture captured\nout = net(batch)\n"
+    assert wrapped_cell(outer, "out = net(batch)\n") is outer
+    assert wrapped_cell("get_ipython().run_cell(code)", "out = 1") == "out = 1"
+    assert wrapped_cell("%%time\nother()", "out = net(batch)") == "out = net(batch)"
 
 
 def _shown(diagnoses: list[Any], shell: Any, cell: str) -> Any:
