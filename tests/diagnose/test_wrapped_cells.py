@@ -187,6 +187,7 @@ def test_a_script_run_by_run_is_explained_as_the_same_code_in_a_cell(
     plain = _shown(diagnoses, ip, body)
     wrapped = _shown(diagnoses, ip, cell)
     assert f"(rewrite line {2 + shift} of train.py)" in wrapped.text(), wrapped.text()
+    assert "the fix goes into train.py, above that line" in wrapped.note
     assert _places(wrapped, 2) == _places(plain, 2, 2 + shift)
     # typed in, the second error (on the last line) is explained as in the cell
     fixed_body = _with_fix(body, plain, 2)

@@ -162,9 +162,19 @@ def _gather(
     rule = rule_for(match.kind)
     namespace = run.namespace
     case = _ErrorCase(
-        err, chain, text, match, rule, namespace, cell, run.in_file, run.note, user_target,
-        meta_ok, torch,
-    )  # fmt: skip
+        err=err,
+        chain=chain,
+        text=text,
+        match=match,
+        rule=rule,
+        namespace=namespace,
+        cell=cell,
+        in_file=run.in_file,
+        run_note=run.note,
+        user_target=user_target,
+        meta_ok=meta_ok,
+        torch=torch,
+    )
     if torch is not None:
         case.candidates = collect_candidates(err, chain, namespace, cell, torch)
         if namespace is not None:

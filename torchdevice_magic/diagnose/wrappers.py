@@ -221,7 +221,9 @@ def _script_run(frame: Any, line: int) -> CellRun:
     """``%run script.py``: the script is the code, its module's globals the namespace."""
     filename = frame.f_code.co_filename
     script = "".join(linecache.getlines(filename))
-    return CellRun(script, line, frame.f_globals, f" of {os.path.basename(filename)}")
+    name = os.path.basename(filename)
+    note = f"the error is in {name}, line {line}: the fix goes into {name}, above that line."
+    return CellRun(script, line, frame.f_globals, f" of {name}", note)
 
 
 def _wrapper_and_line(source: str, outer_line: int, inner_line: int) -> tuple[Wrapper | None, int]:
