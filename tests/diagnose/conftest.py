@@ -22,3 +22,18 @@ def shown(ip, monkeypatch) -> list[str]:
 
     monkeypatch.setattr(session, "publish", publish)
     return seen
+
+
+@pytest.fixture
+def diagnoses(ip, monkeypatch) -> list[Any]:
+    """The diagnoses the session shows after cells (the objects, in order)."""
+    seen: list[Any] = []
+    session = get_session(ip)
+    original = session.show_diagnosis_result
+
+    def show(diagnosis: Any, cell_id: str | None = None) -> None:
+        seen.append(diagnosis)
+        original(diagnosis, cell_id)
+
+    monkeypatch.setattr(session, "show_diagnosis_result", show)
+    return seen

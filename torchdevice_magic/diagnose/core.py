@@ -54,7 +54,8 @@ from .frames import is_user_filename
 from .messages import exception_chain, find_match, rule_for
 from .policy import DESTINATIONS, MOVER_CHOICES, involved_in, off_target, real_device
 from .schema import MessageMatch, Rule
-from .sources import failing_cell_line, running_codes
+from .sources import running_codes
+from .wrappers import CellRun, unwrap_run
 
 __all__ = ["diagnose", "find_match"]
 
@@ -85,20 +86,36 @@ def diagnose(
     err, text, match = found
     chain = exception_chain(exc)
     try:
-        parsed = cell if isinstance(cell, Cell) else parse_cell(cell, shell)
+        run = unwrap_run(err, chain, _source_of(cell), namespace)
+        parsed = _parsed(run, cell, shell)
     except Exception:
-        parsed = parse_cell("")
+        run, parsed = CellRun("", None, namespace), parse_cell("")
     user_target = normalize_target(target) if target else None
     try:
-        case = _gather(err, chain, text, match, namespace, parsed, user_target, allow_meta)
+        case = _gather(err, chain, text, match, run, parsed, user_target, allow_meta)
         return _explain(case, target_reason)
     except Exception:
         # Analysis failed on something hostile: still say what the message means.
         try:
-            bare = _gather(err, [], text, match, None, parse_cell(""), user_target, allow_meta)
-            return _explain(bare, target_reason)
+            bare = CellRun("", None, None)
+            case = _gather(err, [], text, match, bare, parse_cell(""), user_target, allow_meta)
+            return _explain(case, target_reason)
         except Exception:
             return None
+
+
+def _source_of(cell: str | Cell | None) -> str:
+    if isinstance(cell, Cell):
+        return cell.source
+    return cell if isinstance(cell, str) else ""
+
+
+def _parsed(run: CellRun, cell: str | Cell | None, shell: Any) -> Cell:
+    """The user's code parsed: the cell as given where no magic wrapped it (one parse shared
+    with the hook), else the unwrapped code (or the script) with the same shell."""
+    if isinstance(cell, Cell):
+        return cell if run.source == cell.source else parse_cell(run.source, cell.shell or shell)
+    return parse_cell(run.source, shell)
 
 
 @dataclass
@@ -112,6 +129,10 @@ class _ErrorCase:
     rule: Rule
     namespace: Mapping[str, Any] | None
     cell: Cell
+    #: how a line of the cell is named after its number ("" or `` of train.py`` for a script)
+    in_file: str
+    #: what the magic the cell ran under means for the fix, or ""
+    run_note: str
     #: the device the user asked for (``%%devicecheck -d``), normalised
     user_target: str | None
     #: meta may be a destination (the user said so, or asked for meta)
@@ -131,7 +152,7 @@ def _gather(
     chain: list[BaseException],
     text: str,
     match: MessageMatch,
-    namespace: Mapping[str, Any] | None,
+    run: CellRun,
     cell: Cell,
     user_target: str | None,
     allow_meta: bool,
@@ -139,7 +160,21 @@ def _gather(
     torch = loaded_torch()
     meta_ok = allow_meta or user_target == "meta"
     rule = rule_for(match.kind)
-    case = _ErrorCase(err, chain, text, match, rule, namespace, cell, user_target, meta_ok, torch)
+    namespace = run.namespace
+    case = _ErrorCase(
+        err=err,
+        chain=chain,
+        text=text,
+        match=match,
+        rule=rule,
+        namespace=namespace,
+        cell=cell,
+        in_file=run.in_file,
+        run_note=run.note,
+        user_target=user_target,
+        meta_ok=meta_ok,
+        torch=torch,
+    )
     if torch is not None:
         case.candidates = collect_candidates(err, chain, namespace, cell, torch)
         if namespace is not None:
@@ -148,7 +183,7 @@ def _gather(
                     ok, obj = resolve_chain(namespace, c.alias or c.name, torch)
                     if ok and id(obj) == c.obj_id:
                         case.objects[c.obj_id] = obj
-    case.lineno = failing_cell_line(err, chain)
+    case.lineno = run.lineno
     case.relevant = _involved(case)
     return case
 
@@ -200,7 +235,8 @@ def _name_anonymous_operands(case: _ErrorCase, draft: FixDraft) -> None:
             )
     if not creations:
         frame_creations(case.err, case.chain, missing, case.relevant)
-    case.relevant.extend(expression_candidates(creations, missing, f"line {lineno}", 0, lineno))
+    where = f"line {lineno}{case.in_file}"
+    case.relevant.extend(expression_candidates(creations, missing, where, 0, lineno))
 
 
 @dataclass
@@ -378,8 +414,7 @@ def _rewrite_expression(
     new = (c.src_cell or case.cell).rewrite(c.lineno, same_line, route.dest)
     if new:
         rewrote.add((id(c.src_cell), c.lineno))
-        where = c.where if c.src_cell is not None else f"line {c.lineno}"
-        draft.fix_lines.append(FixLine(where, new))
+        draft.fix_lines.append(FixLine(c.where, new))
 
 
 def _attributes_left_behind(case: _ErrorCase, movers: list[Candidate], draft: FixDraft) -> None:
@@ -444,6 +479,7 @@ def _explain(case: _ErrorCase, target_reason: str) -> Diagnosis:
     draft = FixDraft()
     _name_anonymous_operands(case, draft)
     draft.notes.append(rule.note_for(match))
+    draft.notes.append(case.run_note)
     route = _route(case, draft, target_reason)
     no_data = _write_fix_lines(case, route, draft)
     _attributes_left_behind(case, route.movers, draft)

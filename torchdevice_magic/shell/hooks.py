@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..app import DeviceController
+from ..diagnose import ShownErrors, wrapped_cell
 from ..memory import reset_peaks
 from .config import TorchDeviceMagic
 
@@ -55,6 +56,13 @@ class DeviceSession:
         #: the error the custom exception handler already explained (not explained twice)
         self._explained: BaseException | None = None
         self._previous_custom_exc: tuple[Any, Any] | None = None
+        #: errors a magic caught and showed itself (%run): explained after the cell
+        self.shown_errors = ShownErrors()
+        #: cells running inside cells (%%capture runs its body as a cell), and the display of
+        #: the outermost one: a diagnosis is shown there, not into the capture
+        self._cell_depth = 0
+        self._outer_display: Any = None
+        self._outer_cell: Any = None
         #: the sidebar's comm channel (set by the extension)
         self.channel: SidebarChannel | None = None
         self._peak_from_cell_start = False
@@ -82,6 +90,10 @@ class DeviceSession:
         memory timeline can show this cell's peak. Never initialises a device; never raises."""
         self.running = info
         self._explained = None
+        if self._cell_depth == 0:
+            self._outer_display = getattr(self.shell, "display_pub", None)
+            self._outer_cell = info
+        self._cell_depth += 1
         self._peak_from_cell_start = False
         if "torch" not in sys.modules:
             return
@@ -95,6 +107,7 @@ class DeviceSession:
 
     def post_run_cell(self, result: Any) -> None:
         """After every (non-silent) cell. Never raises into the user's session."""
+        self._cell_depth = max(0, self._cell_depth - 1)
         if "torch" not in sys.modules:
             return  # nothing can hold a tensor yet, and we never import torch ourselves
         try:
@@ -109,7 +122,7 @@ class DeviceSession:
         info = getattr(result, "info", None)
         cell = getattr(info, "raw_cell", None) or ""
         names, inventory = app.scan_after_cell(cell)
-        error = getattr(result, "error_in_exec", None)
+        error = self.shown_errors.error_of(result)
         number = int(
             getattr(result, "execution_count", None)
             or getattr(self.shell, "execution_count", 0)
@@ -149,8 +162,17 @@ class DeviceSession:
         return diagnosis
 
     def show_diagnosis_result(self, diagnosis: Any, cell_id: str | None = None) -> None:
-        # text for terminals and logs, escaped HTML where a notebook renders it
-        self.publish({"text/plain": diagnosis.text(), "text/html": diagnosis._repr_html_()})
+        # text for terminals and logs, escaped HTML where a notebook renders it; shown where
+        # the outermost cell shows its output, as its traceback is (not into a %%capture)
+        shell, inner = self.shell, getattr(self.shell, "display_pub", None)
+        outer = self._outer_display if self._cell_depth > 1 else None
+        try:
+            if outer is not None:
+                shell.display_pub = outer
+            self.publish({"text/plain": diagnosis.text(), "text/html": diagnosis._repr_html_()})
+        finally:
+            if outer is not None:
+                shell.display_pub = inner
         if diagnosis.action is not None and getattr(self.shell, "kernel", None) is not None:
             from .fixbutton import fix_button
 
@@ -225,6 +247,10 @@ class DeviceSession:
                 else:
                     running = self.running
                     cell = getattr(running, "raw_cell", None) or ""
+                    if self._cell_depth > 1:  # %%capture's body: the user wrote the outer cell
+                        outer = getattr(self._outer_cell, "raw_cell", None) or ""
+                        if wrapped_cell(outer, cell) is outer:
+                            cell, running = outer, self._outer_cell
                     diagnosis = self.app.diagnose(value, cell)
                     cell_id = getattr(running, "cell_id", None)
                 if diagnosis is not None:
