@@ -20,7 +20,7 @@ from nbclient import NotebookClient
 
 pytestmark = pytest.mark.kernel
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_memory.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "05_memory.ipynb"
 FAILING = {"traceback-error", "oom"}
 
 

@@ -22,7 +22,7 @@ from nbclient import NotebookClient
 
 pytestmark = pytest.mark.kernel
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 #: notebook -> the ids of the cells that are meant to fail (tagged "raises-exception")
 FAILING_CELLS = {
     "01_the_error.ipynb": {"error"},
@@ -143,7 +143,7 @@ def row(lines: list[str], name: str) -> str:
 
 
 def test_the_notebooks_are_the_four_stories():
-    # 05_memory.ipynb is the memory story, run and checked by tests/test_notebook_memory.py
+    # 05_memory.ipynb is the memory story, run and checked by tests/integration/test_notebook_memory.py
     stories = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb") if p.name != "05_memory.ipynb")
     assert stories == sorted(FAILING_CELLS)
 
