@@ -327,6 +327,6 @@ def test_walk_finds_every_reachable_tensor_and_paths_resolve(shape):
         assert id(leaf.value) in ids
         if leaf.node >= 0:  # the key leads back to the leaf through the base-class getters
             node = walked.nodes[leaf.node]
-            assert O._child(node.kind, node.value, leaf.key) is leaf.value
+            assert O.child_at(node.kind, node.value, leaf.key) is leaf.value
     spec = O.structure(walked)
     assert O.signature(T, value, spec) == O.signature(T, value, spec)

@@ -54,7 +54,7 @@ def test_devicecheck_trace_names_functions_of_earlier_cells_as_ipython_does(ip) 
 
 def test_devicecheck_trace_composes_with_the_other_options(ip) -> None:
     run_in(ip, "import torch\nx = torch.randn(4, 3)\nmodel = torch.nn.Linear(3, 2)")
-    # --to moves like the buttons: meta only where the config allows it (issue 12)
+    # --to moves like the buttons: meta only where the config allows it
     ip.run_line_magic("config", "TorchDeviceMagic.allow_meta_target = True")
     result, printed, shown = run_in(
         ip, "%%devicecheck --trace --to meta -d meta --quiet\ny = model(x)"

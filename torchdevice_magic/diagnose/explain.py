@@ -169,7 +169,7 @@ class Diagnosis:
             )
         culprits = f"<ul>{''.join(items)}</ul>" if items else f"<p>{e(self.summary())}</p>"
         # JupyterLab's output CSS breaks <pre> text anywhere (word-break: break-all): a fix line
-        # may wrap at its spaces, never inside `x.to("cuda:0")` (issue 12)
+        # may wrap at its spaces, never inside `x.to("cuda:0")`
         fixes = "".join(
             f'<pre style="{_FIX_STYLE}">{e(line)}</pre>' for line in self.fix_text_lines()
         )
@@ -177,7 +177,7 @@ class Diagnosis:
         return (
             '<div class="torchdevice-magic-diagnosis">'
             f"<p><b>{e(self._headline())}</b> "
-            # the rule's code in words ("found two devices"), not "found_two_devices" (issue 12)
+            # the rule's code in words ("found two devices"), not "found_two_devices"
             f"<small>({e(self.kind.replace('_', ' '))})</small></p>"
             f"{culprits}{fixes}{note}"
             f"<details><summary>Original message</summary><pre>{e(self.message)}</pre>"

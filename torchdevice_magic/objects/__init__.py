@@ -110,7 +110,7 @@ from .storage import (
     storage_key,
     tensor_bytes,
 )
-from .storage import _unusual_storages as _unusual_storages
+from .storage import unusual_storages as unusual_storages
 from .walker import (
     ELEMENT_CAP,
     MAX_DEPTH,
@@ -130,10 +130,10 @@ from .walker import (
 )
 from .walker import OBJECT_CAP as OBJECT_CAP
 from .walker import SIGNATURE_NODES as SIGNATURE_NODES
-from .walker import _child as _child
+from .walker import child_at as child_at
 
-# (the ``X as X`` imports: importable from here as before, outside __all__: the walk's other
-# limits, and the private helpers facts.py and the tests reach through this package)
+# (the ``X as X`` imports: importable from here, outside __all__: the walk's other limits, and
+# the private helpers the scan's facts and the tests reach through this package)
 __all__ = [
     "Kind",
     "LEAVES",

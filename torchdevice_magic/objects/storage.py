@@ -79,7 +79,7 @@ def add_storages(T: TorchTypes, tensor: Any, device: str, into: Storages) -> int
         pointer = storage.data_ptr()
         nbytes = storage.nbytes()
     except Exception:
-        return _unusual_storages(T, tensor, device, into)
+        return unusual_storages(T, tensor, device, into)
     if pointer:
         into[storage_key(device, storage)] = (device, nbytes)
         return nbytes
@@ -110,8 +110,9 @@ def inner_tensors(T: TorchTypes, tensor: Any) -> list[Any]:
     return [t for t in found if isinstance(t, T.Tensor) and t is not tensor]
 
 
-def _unusual_storages(T: TorchTypes, tensor: Any, device: str, into: Storages) -> int:
-    """Sparse, nested, wrapper-subclass and fake tensors have no plain storage."""
+def unusual_storages(T: TorchTypes, tensor: Any, device: str, into: Storages) -> int:
+    """Add the storages of a tensor with no plain storage of its own (sparse, nested,
+    wrapper-subclass and fake tensors) to ``into``; the bytes they hold."""
     inner: list[Any] = []
     try:
         layout = str(tensor.layout)

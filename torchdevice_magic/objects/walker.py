@@ -341,7 +341,7 @@ def signature(T: TorchTypes, value: Any, spec: Spec) -> tuple[Any, ...] | None:
     out: list[Any] = []
     try:
         for parent, key, kind in spec:
-            current = value if parent < 0 else _child(spec[parent][2], found[parent], key)
+            current = value if parent < 0 else child_at(spec[parent][2], found[parent], key)
             found.append(current)
             out.append((id(current), _size(current, kind), _last_id(current, kind)))
     except Exception:
@@ -349,7 +349,7 @@ def signature(T: TorchTypes, value: Any, spec: Spec) -> tuple[Any, ...] | None:
     return tuple(out)
 
 
-def _child(kind: str, parent: Any, key: Any) -> Any:
+def child_at(kind: str, parent: Any, key: Any) -> Any:
     if kind == Kind.MAPPING:
         return dict.__getitem__(parent, key)
     if kind == Kind.SEQUENCE or kind == Kind.NAMEDTUPLE:

@@ -253,7 +253,7 @@ def _tensor_record(
     note = _special_note(tensor, tp)
     measured = _dtensor_local(tensor) if tp.__name__ == "DTensor" else tensor
     if note == "fake tensor (no data)":
-        needed = objects._unusual_storages(T, measured, device, storages)
+        needed = objects.unusual_storages(T, measured, device, storages)
     else:
         needed = objects.add_storages(T, measured, device, storages)
     grad_bytes = 0

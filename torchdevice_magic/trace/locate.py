@@ -18,8 +18,9 @@ from .frames import library_prefixes
 #: outside the traced code (the post-execute hook's scan), not recorded
 OUTSIDE: Any = object()
 
-# whose code a code object is: the user's (0, falsy), this package's, or another library's
-_USERS, _OURS, _THEIRS = 0, 1, 2
+# whose code a code object is: the user's (0, falsy: the hot loop tests ``not owner``), this
+# extension's own, or another library's (plain ints: compared for every frame of every op)
+USER_CODE, EXTENSION_CODE, LIBRARY_CODE = 0, 1, 2
 
 # this package's modules, all of them (the post-execute hook's scan is ours too)
 _PACKAGE_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -73,7 +74,7 @@ class FrameLocator:
                 return frame
             if frame is stop:
                 return OUTSIDE
-            if kind == _THEIRS:
+            if kind == LIBRARY_CODE:
                 direct = False
             frame = frame.f_back
         self.direct = direct
@@ -82,20 +83,20 @@ class FrameLocator:
     def _whose_code(self, code: CodeType) -> int:
         filename = code.co_filename
         if filename.startswith("<frozen"):
-            return _THEIRS
+            return LIBRARY_CODE
         if filename.startswith("<"):
-            return _USERS  # a cell, exec'd code
+            return USER_CODE  # a cell, exec'd code
         filename = os.path.abspath(filename)
         if filename.startswith(_PACKAGE_DIRECTORY):
-            return _OURS
+            return EXTENSION_CODE
         if self._prefixes is None:
             self._prefixes = library_prefixes()
         packages, stdlib, site = self._prefixes
         if filename.startswith(packages):
-            return _THEIRS
+            return LIBRARY_CODE
         if filename.startswith(stdlib) and not filename.startswith(site):
-            return _THEIRS
-        return _USERS
+            return LIBRARY_CODE
+        return USER_CODE
 
     def cell_filename(self, frame: FrameType | None, namespace: dict[str, Any]) -> str | None:
         """The file name the cell was compiled under: the frame running at module level in
