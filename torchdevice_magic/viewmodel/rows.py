@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from heapq import nlargest, nsmallest
 from itertools import compress, repeat
-from operator import and_, getitem
+from operator import add, and_, getitem, lshift
 from typing import Any
 
 from ..devices import full_device_name, same_device
@@ -74,6 +75,48 @@ def natural_keys(names: Sequence[str]) -> list[tuple[Any, ...]]:
     if False not in fast:
         return list(made)
     return [next(made) if quick else natural_key(name) for quick, name in zip(fast, names)]  # noqa: B905
+
+
+def natural_first(names: Sequence[str], wanted: int, last: bool = False) -> list[int]:
+    """The positions of the ``wanted`` first ``names`` in :func:`natural_key` order (the last,
+    when ``last``), in no particular order: the edge of a window among many rows tied on
+    size. Keys are made only for a few names: those of the common shape -- letters and
+    underscores, then digits (``t123``, ``layer_10``) -- are first placed by one int each,
+    column-wise (their prefix's rank, shifted above their number): an order that natural
+    keys refine and never contradict. Keys are made for the names tied on that int at the
+    edge and for the names of other shapes."""
+    count = len(names)
+    if wanted <= 0:
+        return []
+    if wanted >= count:
+        return list(range(count))
+    lowers = list(map(str.lower, names))
+    prefixes = list(map(str.rstrip, lowers, repeat("0123456789")))
+    runs = list(map(str.removeprefix, lowers, prefixes))
+    letters = map(str.isalpha, map(str.replace, prefixes, repeat("_"), repeat("")))
+    common = list(map(and_, map(bool, runs), letters))
+    placed = list(compress(range(count), common))
+    others = [i for i, quick in enumerate(common) if not quick] if len(placed) < count else []
+    if others:
+        prefixes, runs = list(compress(prefixes, common)), list(compress(runs, common))
+    numbers = list(map(int, runs))
+    shift = max(map(int.bit_length, numbers), default=0)
+    ranks = {prefix: rank for rank, prefix in enumerate(sorted(set(prefixes)))}
+    order = list(map(add, map(lshift, map(ranks.__getitem__, prefixes), repeat(shift)), numbers))
+    pick = nlargest if last else nsmallest
+    sure: list[int] = placed
+    tied: list[int] = []
+    if len(placed) > wanted:
+        edge = pick(wanted, order)[-1]
+        sure = list(compress(placed, map(edge.__lt__ if last else edge.__gt__, order)))
+        tied = list(compress(placed, map(edge.__eq__, order)))
+    if not others:  # every name placed by its int: only the tie at the edge needs keys
+        rest = tied
+        wanted -= len(sure)
+    else:  # names of other shapes may sort anywhere: keys for every name that may be in
+        rest, sure = sure + tied + others, []
+    keys = natural_keys([names[i] for i in rest])
+    return sure + [i for _, i in pick(wanted, zip(keys, rest))]  # noqa: B905
 
 
 def sort_key(record: Any, sort: str) -> tuple[Any, ...]:
