@@ -81,30 +81,39 @@ def natural_first(names: Sequence[str], wanted: int, last: bool = False) -> list
     """The positions of the ``wanted`` first ``names`` in :func:`natural_key` order (the last,
     when ``last``), in no particular order: the edge of a window among many rows tied on
     size. Keys are made only for a few names: those of the common shape -- letters and
-    underscores, then digits (``t123``, ``layer_10``) -- are first placed by one int each,
-    column-wise (their prefix's rank, shifted above their number): an order that natural
-    keys refine and never contradict. Keys are made for the names tied on that int at the
-    edge and for the names of other shapes."""
+    underscores, then digits or none (``t123``, ``layer_10``, ``x``) -- are first placed by
+    one int each, column-wise (their prefix's rank above their number; ``x`` and ``x0`` tie):
+    an order that natural keys refine and never contradict. Keys are made for the names
+    tied on that int at the edge and for the names of other shapes."""
     count = len(names)
     if wanted <= 0:
         return []
     if wanted >= count:
         return list(range(count))
-    lowers = list(map(str.lower, names))
-    prefixes = list(map(str.rstrip, lowers, repeat("0123456789")))
-    runs = list(map(str.removeprefix, lowers, prefixes))
-    letters = map(str.isalpha, map(str.replace, prefixes, repeat("_"), repeat("")))
-    common = list(map(and_, map(bool, runs), letters))
-    placed = list(compress(range(count), common))
-    others = [i for i, quick in enumerate(common) if not quick] if len(placed) < count else []
-    if others:
+    # lowercasing leaves the trailing digits alone: the prefixes are lowered once each
+    prefixes = list(map(str.rstrip, names, repeat("0123456789")))
+    runs = list(map(str.removeprefix, names, prefixes))
+    distinct = {prefix: prefix.lower() for prefix in set(prefixes)}
+    ranks = {lower: rank for rank, lower in enumerate(sorted(set(distinct.values())))}
+    rank_of = {p: ranks[low] for p, low in distinct.items() if p.replace("_", "").isalpha()}
+    placed: list[int] = list(range(count))
+    others: list[int] = []
+    if len(rank_of) < len(distinct):
+        common = list(map(rank_of.__contains__, prefixes))
+        placed = list(compress(placed, common))
+        others = [i for i, quick in enumerate(common) if not quick]
         prefixes, runs = list(compress(prefixes, common)), list(compress(runs, common))
-    numbers = list(map(int, runs))
-    shift = max(map(int.bit_length, numbers), default=0)
-    ranks = {prefix: rank for rank, prefix in enumerate(sorted(set(prefixes)))}
-    order = list(map(add, map(lshift, map(ranks.__getitem__, prefixes), repeat(shift)), numbers))
+    try:
+        numbers = list(map(int, runs))
+    except ValueError:  # a name without digits: 0, as its prefix followed by 0
+        numbers = list(map(int, map(add, repeat("0"), runs)))
+    order = numbers
+    if len(rank_of) > 1:
+        shift = max(map(int.bit_length, numbers), default=0)
+        ranked = map(lshift, map(rank_of.__getitem__, prefixes), repeat(shift))
+        order = list(map(add, ranked, numbers))
     pick = nlargest if last else nsmallest
-    sure: list[int] = placed
+    sure = placed
     tied: list[int] = []
     if len(placed) > wanted:
         edge = pick(wanted, order)[-1]
