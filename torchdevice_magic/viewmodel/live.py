@@ -93,10 +93,11 @@ def column_head(
         return [], matching
     pick = heapq.nlargest if reverse else heapq.nsmallest
 
-    def by_name(rows: Sequence[int], wanted: int) -> list[int]:
-        """The ``wanted`` first of ``rows`` by natural name (keys only for a few of them)."""
-        first = natural_first([names[i] for i in rows], wanted, last=reverse)
-        return [rows[i] for i in first]
+    def by_name(rows: Sequence[int], wanted: int, of: list[str] | None = None) -> list[int]:
+        """The ``wanted`` first of ``rows`` (named ``of``) by natural name (keys only for a
+        few of them)."""
+        row_names = of if of is not None else [names[i] for i in rows]
+        return [rows[i] for i in natural_first(row_names, wanted, last=reverse)]
 
     primary: list[int] | None = None
     if sort == "size":
@@ -117,8 +118,11 @@ def column_head(
         edge = pick(count, primary)[-1]
         before = edge.__lt__ if reverse else edge.__gt__
         chosen = list(compress(index, map(before, primary)))
-        tied = list(compress(index, map(edge.__eq__, primary)))
-        chosen += by_name(tied, count - len(chosen))
+        at_edge = list(map(edge.__eq__, primary))
+        tied = list(compress(index, at_edge))
+        # unfiltered, the rows are the columns' positions: their names by the same mask
+        tied_names = None if words else list(compress(names, at_edge))
+        chosen += by_name(tied, count - len(chosen), tied_names)
     return [(key(names[i], devices[i], sizes[i]), names[i]) for i in chosen], matching
 
 
