@@ -248,6 +248,31 @@ def test_natural_keys_in_bulk_are_the_natural_keys(names) -> None:
     assert vm.natural_keys(plain) == [vm.natural_key(name) for name in plain]
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.data(),
+    st.sampled_from(["t", "t|T", "t|T|layer_|x_y"]),
+    st.lists(st.text(alphabet="ab_XYé019٣.[]'İΣ", min_size=1, max_size=6), max_size=3),
+    st.integers(0, 30),
+    st.booleans(),
+)
+def test_natural_first_is_the_head_of_the_natural_order(
+    data, prefixes, other, wanted, last
+) -> None:
+    """The names an edge keeps are those a sort by natural key puts first (last), whatever
+    the mix of shapes: ``t12`` and ``layer_3`` (one prefix or several), leading zeros, case,
+    digitless, and a few of other shapes (unicode digits, symbols) among them or none."""
+    number = r"(|0|00|07|7|10|[1-9][0-9]{0,2}|[1-9][0-9]{20})"
+    plain = data.draw(
+        st.lists(st.from_regex(f"({prefixes}){number}", fullmatch=True), unique=True, max_size=40)
+    )
+    if data.draw(st.booleans()):
+        other = []
+    names = list(dict.fromkeys(plain + other))
+    expected = sorted(range(len(names)), key=lambda i: vm.natural_key(names[i]), reverse=last)
+    assert sorted(vm.natural_first(names, wanted, last)) == sorted(expected[:wanted])
+
+
 @given(st.text(alphabet="ab_XY019.[]'", min_size=1, max_size=12))
 def test_the_fast_natural_key_is_the_general_one(name) -> None:
     import re

@@ -337,11 +337,15 @@ class DeviceController:
 
         return explain_oom(error, self.namespace, inventory=self.inventory)
 
-    def timeline_message(self) -> dict[str, Any] | None:
-        """The sidebar's ``timeline`` message (None before any cell was recorded)."""
-        if not self.timeline.rows:
+    def timeline_message(self, since: int = 0, follows: int | None = None) -> dict[str, Any] | None:
+        """The sidebar's ``timeline`` message: the rows recorded after the first ``since``
+        (0: the whole chart), following the timeline message numbered ``follows`` on the
+        same comm. None when there is no such row."""
+        new = self.timeline.recorded - since
+        if not self.timeline.rows or new <= 0:
             return None
-        return protocol.timeline(self.timeline.to_json(protocol.TIMELINE_ROWS), seq=self.seq)
+        rows = self.timeline.to_json(min(new, protocol.TIMELINE_ROWS))
+        return protocol.timeline(rows, seq=self.seq, follows=follows)
 
     # -- warnings ----------------------------------------------------------------------------
     def new_mixed_warnings(self, inventory: Inventory) -> list[str]:

@@ -18,7 +18,8 @@ The conversation::
                                           ``delta`` or ``view``
     ``%unload_ext``                    -> ``unloaded``, then the comm closes
     a one-click fix under a diagnosis  -> ``rerun`` (the notebook runs that cell again)
-    after a cell that changed tensors  -> ``timeline`` too (memory per cell: the chart)
+    after a cell that changed tensors  -> ``timeline`` too (memory per cell: the chart; the
+                                          rows recorded since the last one, which it follows)
 
 Every request is checked against the table before anything runs: a message that does not
 match raises :class:`ProtocolError` (the kernel answers with an error reply, nothing runs).
@@ -143,8 +144,10 @@ MESSAGES: dict[str, dict[str, Any]] = {
         "fields": {"request_id": "str", "ok": "bool", "message": "str", "outcome": "Outcome?"},
     },
     "unloaded": {"from": "kernel", "fields": {"message": "str"}},
-    # memory per cell and device, oldest first, at most TIMELINE_ROWS (memory)
-    "timeline": {"from": "kernel", "fields": {"rows": "list[TimelineRow]"}},
+    # memory per cell and device, oldest first, at most TIMELINE_ROWS (memory). ``follows``
+    # null: the rows are the whole chart (the first timeline on this comm); else the seq of
+    # the timeline message they follow: only the rows recorded since, to add to it
+    "timeline": {"from": "kernel", "fields": {"rows": "list[TimelineRow]", "follows": "int?"}},
     # after a one-click fix under a diagnosis: the notebook runs that cell again (diagnose)
     "rerun": {"from": "kernel", "fields": {"cell_id": "str"}},
     # sidebar -> kernel
@@ -345,13 +348,17 @@ _TIMELINE_TEXTS = ("label", "tooltip")
 _TIMELINE_FACTS = tuple(f for f in STRUCTS["TimelineRow"] if f not in _TIMELINE_TEXTS)
 
 
-def timeline(rows: list[dict[str, Any]], *, seq: int = 0) -> dict[str, Any]:
+def timeline(
+    rows: list[dict[str, Any]], *, seq: int = 0, follows: int | None = None
+) -> dict[str, Any]:
     """The ``timeline`` message from :meth:`memory.Timeline.to_json` rows (the last
     ``TIMELINE_ROWS``) with their words (:func:`viewmodel.timeline_texts`), checked against the
-    schema before it is sent."""
+    schema before it is sent. ``follows``: the seq of the timeline message on the same comm
+    that these rows come after (None: they are the whole chart)."""
     message = envelope(
         "timeline",
         seq=seq,
+        follows=follows,
         rows=[
             {**{key: row[key] for key in _TIMELINE_FACTS}, **timeline_texts(row)}
             for row in rows[-TIMELINE_ROWS:]

@@ -36,7 +36,7 @@ import {
   undoRequest,
   windowRequest
 } from './requests';
-import { ITimelineMessage, timelineProblem } from './timeline';
+import { ITimelineMessage, mergeTimeline, timelineProblem } from './timeline';
 import type { ConnectionState, IDeviceSource, IStatusLine, StatusKind } from './tokens';
 import { messageProblem } from './validate';
 import { applyDelta, fromView, IMirror } from './window';
@@ -87,7 +87,7 @@ export class DeviceConnection implements IDeviceSource {
     return this._channel.state;
   }
 
-  /** The last memory timeline (timeline.ts), or null before the first. */
+  /** The memory chart's rows so far (timeline.ts), or null before the first. */
   get timeline(): ITimelineMessage | null {
     return this._timeline;
   }
@@ -245,9 +245,10 @@ export class DeviceConnection implements IDeviceSource {
         this._onReply(message);
         break;
       case 'timeline':
-        // the memory chart's rows (timeline.ts); rows it cannot draw are dropped
+        // the memory chart's new rows (timeline.ts), added to those it has; rows it
+        // cannot draw are dropped
         if (timelineProblem(message) === null) {
-          this._timeline = message as unknown as ITimelineMessage;
+          this._timeline = mergeTimeline(this._timeline, message as unknown as ITimelineMessage);
           this.changed.emit();
         }
         break;

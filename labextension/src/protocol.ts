@@ -152,6 +152,7 @@ export interface ITimelineMessage extends IEnvelope {
   type: 'timeline';
   seq: number;
   rows: ITimelineRow[];
+  follows: number | null;
 }
 
 export interface IRerunMessage extends IEnvelope {
@@ -319,7 +320,8 @@ export const SCHEMA = {
     "timeline": {
       "from": "kernel",
       "fields": {
-        "rows": "list[TimelineRow]"
+        "rows": "list[TimelineRow]",
+        "follows": "int?"
       }
     },
     "rerun": {

@@ -23,11 +23,13 @@ export interface ITimelineMessage {
   type: 'timeline';
   seq: number;
   rows: ITimelineRow[];
+  /** null: the rows are the whole chart; else the seq of the timeline message they follow */
+  follows: number | null;
 }
 
 const SVG = 'http://www.w3.org/2000/svg';
 const CLASS = 'jp-TorchDeviceMagic-timeline';
-/** Most cells drawn (the kernel sends at most 200 rows). */
+/** Most cells drawn and kept per device (CHART_CELLS in memory/timeline.py). */
 export const MAX_CELLS = 40;
 
 export function isTimelineLike(data: unknown): boolean {
@@ -48,6 +50,9 @@ export function timelineProblem(data: unknown): string | null {
   const message = data as Record<string, unknown>;
   if (!isInt(message.seq) || !Array.isArray(message.rows)) {
     return "timeline needs an integer 'seq' and a list 'rows'";
+  }
+  if (message.follows !== null && !isInt(message.follows)) {
+    return "timeline: 'follows' must be an integer or null";
   }
   for (const row of message.rows as unknown[]) {
     if (typeof row !== 'object' || row === null) {
@@ -77,6 +82,36 @@ export function timelineProblem(data: unknown): string | null {
     }
   }
   return null;
+}
+
+/** Each device's last MAX_CELLS rows, oldest first (what the chart draws). */
+export function lastCells(rows: ITimelineRow[]): ITimelineRow[] {
+  const perDevice = new Map<string, number>();
+  const kept: ITimelineRow[] = [];
+  for (let i = rows.length - 1; i >= 0; i--) {
+    const count = perDevice.get(rows[i].device) ?? 0;
+    if (count < MAX_CELLS) {
+      perDevice.set(rows[i].device, count + 1);
+      kept.push(rows[i]);
+    }
+  }
+  return kept.reverse();
+}
+
+/**
+ * The chart after `message`: the kernel sends only the rows recorded since its
+ * last timeline message (`follows` is that message's seq), so they are added
+ * to what the chart has. A message that follows another than `previous` (one
+ * dropped as unreadable) starts the chart again from its rows: a chart with a
+ * hole in it would draw a wrong line.
+ */
+export function mergeTimeline(
+  previous: ITimelineMessage | null,
+  message: ITimelineMessage
+): ITimelineMessage {
+  const follows = previous !== null && message.follows === previous.seq;
+  const rows = follows ? previous.rows.concat(message.rows) : message.rows;
+  return { ...message, rows: lastCells(rows) };
 }
 
 function svgNode<K extends keyof SVGElementTagNameMap>(

@@ -315,6 +315,32 @@ def test_cells_push_deltas_and_nothing_when_nothing_changed(channel, shell):
     assert fake.sent == []  # closed comms get nothing
 
 
+def test_each_cell_sends_only_its_own_timeline_rows(channel, shell):
+    """The memory chart's rows go out once: the first timeline on a comm is the whole chart,
+    every later one the rows of the cells since, following it; the sidebar's chart (the rows
+    added up, as connection.ts's mergeTimeline does) equals the whole chart."""
+    session, fake = channel
+    chart: list = []
+    follows = None
+    for index in range(5):
+        fake.sent.clear()
+        result = shell.run_cell(f"w{index} = torch.zeros({index + 2})", store_history=True)
+        [message] = [m for m in fake.sent if m["type"] == "timeline"]
+        protocol.check_timeline(message)
+        assert message["follows"] == follows
+        cells = [row["cell"] for row in message["rows"]]
+        if follows is None:  # the cell run before the sidebar opened is in the first
+            assert len(cells) == 2 and cells[-1] == result.execution_count
+        else:
+            assert cells == [result.execution_count]
+        chart = message["rows"] if follows is None else chart + message["rows"]
+        follows = message["seq"]
+    assert chart == protocol.timeline(session.app.timeline.to_json())["rows"]
+    fake.sent.clear()
+    shell.run_cell("n = 3")  # nothing tensor-related, no new row: no timeline either
+    assert fake.sent == []
+
+
 def test_importing_torch_later_sends_a_whole_view():
     from IPython.testing.globalipapp import get_ipython
 

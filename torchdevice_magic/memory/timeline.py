@@ -99,6 +99,9 @@ class Timeline:
         self.last_error = last_error
         self.rows: list[CellMemory] = []
         self.limit = limit
+        #: rows ever recorded (``rows`` keeps the last ``limit``): a sidebar that has the
+        #: first ``n`` is sent only the rows after them
+        self.recorded = 0
         self.forgotten: dict[str, Keys] = {}
         self._previous: Inventory | None = None
         self._totals: dict[str, int] = {}
@@ -180,6 +183,7 @@ class Timeline:
         self._totals = totals
         self._previous = inventory
         self.rows.extend(rows)
+        self.recorded += len(rows)
         del self.rows[: max(0, len(self.rows) - self.limit)]
         return rows, warnings
 

@@ -23,9 +23,19 @@ log = logging.getLogger("torchdevice_magic")
 
 
 class _Subscriber:
-    """One open comm: its window, what it was last sent, the sequence number."""
+    """One open comm: its window, what it was last sent (the memory chart's rows included),
+    the sequence number."""
 
-    __slots__ = ("channel", "live", "header", "seq", "target", "actions")
+    __slots__ = (
+        "channel",
+        "live",
+        "header",
+        "seq",
+        "target",
+        "actions",
+        "timeline_seq",
+        "timeline_rows",
+    )
 
     def __init__(self, channel: Any) -> None:
         self.channel = channel
@@ -34,6 +44,8 @@ class _Subscriber:
         self.seq = 0
         self.target: str | None = None  # the target the user chose (None: the default)
         self.actions = 0  # the controller's action count when this sidebar was last sent
+        self.timeline_seq: int | None = None  # the seq of its last timeline message
+        self.timeline_rows = 0  # timeline rows recorded when it was sent
 
 
 class SidebarChannel:
@@ -154,9 +166,19 @@ class SidebarChannel:
         if sent:
             # the memory chart's rows (torchdevice_magic.memory), after what changed; a cell
             # that changed nothing tensor-related sends nothing, this included
-            message = app.timeline_message()
-            if message is not None:
-                self.broadcast("timeline", rows=message["rows"])
+            for subscriber in list(self.comms.values()):
+                self._push_timeline(app, subscriber)
+
+    def _push_timeline(self, app: DeviceController, subscriber: _Subscriber) -> None:
+        """Send the timeline rows recorded since this sidebar's last timeline message: it
+        keeps the chart's cells, so a cell costs its own rows, never the history again."""
+        message = app.timeline_message(subscriber.timeline_rows, subscriber.timeline_seq)
+        if message is None:
+            return
+        subscriber.seq += 1
+        self._send(subscriber, {**message, "seq": subscriber.seq})
+        subscriber.timeline_seq = subscriber.seq
+        subscriber.timeline_rows = app.timeline.recorded
 
     def _push_window(self, app: DeviceController) -> bool:
         """Send each sidebar its window's delta (or whole view); whether anything

@@ -14,7 +14,7 @@ from typing import Any
 from ..records import NO_COLUMNS, ColumnRows
 from ..units import collector_paused, device_sort_key
 from .header import Tally
-from .rows import Row, make_row, natural_key, natural_keys, root_devices_of, sort_key
+from .rows import Row, make_row, natural_first, natural_key, root_devices_of, sort_key
 from .windows import Delta, Window, WindowSpec, diff_windows, filter_words, matches
 
 # -- a window kept up to date ---------------------------------------------------------------
@@ -82,7 +82,8 @@ def column_head(
     """The ``count`` first (last, when ``reverse``) plain tensors in ``sort`` order among
     those matching ``words``, as (sort key, name), and how many match. Sort keys are made
     only for the rows chosen: first by a number per row (size, device rank) with
-    ``heapq`` over a list of ints, then by natural name among the rows tied at the edge."""
+    ``heapq`` over a list of ints, then by natural name among the rows tied at the edge
+    (:func:`natural_first`: by an int per name first as well)."""
     names, devices, sizes = columns.names, columns.devices, columns.sizes
     index: Sequence[int] = range(len(names))
     if words:
@@ -92,12 +93,11 @@ def column_head(
         return [], matching
     pick = heapq.nlargest if reverse else heapq.nsmallest
 
-    def by_name(rows: Sequence[int], wanted: int) -> list[int]:
-        """The ``wanted`` first of ``rows`` by natural name (their keys made in bulk)."""
-        if wanted <= 0:
-            return []
-        keys = natural_keys([names[i] for i in rows])
-        return [i for _, i in pick(wanted, zip(keys, rows))]  # noqa: B905
+    def by_name(rows: Sequence[int], wanted: int, of: list[str] | None = None) -> list[int]:
+        """The ``wanted`` first of ``rows`` (named ``of``) by natural name (keys only for a
+        few of them)."""
+        row_names = of if of is not None else [names[i] for i in rows]
+        return [rows[i] for i in natural_first(row_names, wanted, last=reverse)]
 
     primary: list[int] | None = None
     if sort == "size":
@@ -118,8 +118,11 @@ def column_head(
         edge = pick(count, primary)[-1]
         before = edge.__lt__ if reverse else edge.__gt__
         chosen = list(compress(index, map(before, primary)))
-        tied = list(compress(index, map(edge.__eq__, primary)))
-        chosen += by_name(tied, count - len(chosen))
+        at_edge = list(map(edge.__eq__, primary))
+        tied = list(compress(index, at_edge))
+        # unfiltered, the rows are the columns' positions: their names by the same mask
+        tied_names = None if words else list(compress(names, at_edge))
+        chosen += by_name(tied, count - len(chosen), tied_names)
     return [(key(names[i], devices[i], sizes[i]), names[i]) for i in chosen], matching
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from heapq import nlargest, nsmallest
 from itertools import compress, repeat
-from operator import and_, getitem
+from operator import add, and_, getitem, lshift
 from typing import Any
 
 from ..devices import full_device_name, same_device
@@ -74,6 +75,57 @@ def natural_keys(names: Sequence[str]) -> list[tuple[Any, ...]]:
     if False not in fast:
         return list(made)
     return [next(made) if quick else natural_key(name) for quick, name in zip(fast, names)]  # noqa: B905
+
+
+def natural_first(names: Sequence[str], wanted: int, last: bool = False) -> list[int]:
+    """The positions of the ``wanted`` first ``names`` in :func:`natural_key` order (the last,
+    when ``last``), in no particular order: the edge of a window among many rows tied on
+    size. Keys are made only for a few names: those of the common shape -- letters and
+    underscores, then digits or none (``t123``, ``layer_10``, ``x``) -- are first placed by
+    one int each, column-wise (their prefix's rank above their number; ``x`` and ``x0`` tie):
+    an order that natural keys refine and never contradict. Keys are made for the names
+    tied on that int at the edge and for the names of other shapes."""
+    count = len(names)
+    if wanted <= 0:
+        return []
+    if wanted >= count:
+        return list(range(count))
+    # lowercasing leaves the trailing digits alone: the prefixes are lowered once each
+    prefixes = list(map(str.rstrip, names, repeat("0123456789")))
+    runs = list(map(str.removeprefix, names, prefixes))
+    distinct = {prefix: prefix.lower() for prefix in set(prefixes)}
+    ranks = {lower: rank for rank, lower in enumerate(sorted(set(distinct.values())))}
+    rank_of = {p: ranks[low] for p, low in distinct.items() if p.replace("_", "").isalpha()}
+    placed: list[int] = list(range(count))
+    others: list[int] = []
+    if len(rank_of) < len(distinct):
+        common = list(map(rank_of.__contains__, prefixes))
+        placed = list(compress(placed, common))
+        others = [i for i, quick in enumerate(common) if not quick]
+        prefixes, runs = list(compress(prefixes, common)), list(compress(runs, common))
+    try:
+        numbers = list(map(int, runs))
+    except ValueError:  # a name without digits: 0, as its prefix followed by 0
+        numbers = list(map(int, map(add, repeat("0"), runs)))
+    order = numbers
+    if len(rank_of) > 1:
+        shift = max(map(int.bit_length, numbers), default=0)
+        ranked = map(lshift, map(rank_of.__getitem__, prefixes), repeat(shift))
+        order = list(map(add, ranked, numbers))
+    pick = nlargest if last else nsmallest
+    sure = placed
+    tied: list[int] = []
+    if len(placed) > wanted:
+        edge = pick(wanted, order)[-1]
+        sure = list(compress(placed, map(edge.__lt__ if last else edge.__gt__, order)))
+        tied = list(compress(placed, map(edge.__eq__, order)))
+    if not others:  # every name placed by its int: only the tie at the edge needs keys
+        rest = tied
+        wanted -= len(sure)
+    else:  # names of other shapes may sort anywhere: keys for every name that may be in
+        rest, sure = sure + tied + others, []
+    keys = natural_keys([names[i] for i in rest])
+    return sure + [i for _, i in pick(wanted, zip(keys, rest))]  # noqa: B905
 
 
 def sort_key(record: Any, sort: str) -> tuple[Any, ...]:

@@ -6,7 +6,14 @@
 import * as fs from 'fs';
 import * as path from 'path';
 
-import { buildCharts, ITimelineMessage, ITimelineRow, timelineProblem } from '../timeline';
+import {
+  buildCharts,
+  ITimelineMessage,
+  ITimelineRow,
+  MAX_CELLS,
+  mergeTimeline,
+  timelineProblem
+} from '../timeline';
 import { connectedPanel, FIXTURE_DIR, fixtureNames, IHarness, loadFixture } from './fakes';
 
 /** The kernel's timeline message for a table of sizes (tests/test_fixtures.py writes it). */
@@ -32,12 +39,17 @@ const row = (
   ...extra
 });
 
-const message = (rows: ITimelineRow[], seq = 3): ITimelineMessage => ({
+const message = (
+  rows: ITimelineRow[],
+  seq = 3,
+  follows: number | null = null
+): ITimelineMessage => ({
   protocol: 'torchdevice_magic',
   version: 2,
   type: 'timeline',
   seq,
-  rows
+  rows,
+  follows
 });
 
 let harness: IHarness | null = null;
@@ -61,12 +73,42 @@ describe('timelineProblem', () => {
   it('names what is wrong', () => {
     expect(timelineProblem({ type: 'snapshot' })).toBe('not a timeline message');
     expect(timelineProblem({ ...message([]), rows: 'x' })).toContain("'rows'");
+    expect(timelineProblem({ ...message([]), follows: 'x' })).toContain("'follows'");
     expect(timelineProblem(message([{ ...row(1, 1, 1), bytes: 1.5 }]))).toContain("'bytes'");
     expect(
       timelineProblem(message([{ ...row(1, 1, 1), peak: 'big' as unknown as null }]))
     ).toContain("'peak'");
     const badChanges = { ...row(1, 1, 1), changes: [['x', 'y']] as unknown as [string, number][] };
     expect(timelineProblem(message([badChanges]))).toContain("'changes'");
+  });
+});
+
+describe('mergeTimeline', () => {
+  it("adds the rows of a message that follows the chart's last one", () => {
+    const first = mergeTimeline(null, message([row(1, 10, 10), row(2, 20, 10)], 4));
+    const next = mergeTimeline(first, message([row(3, 30, 10)], 7, 4));
+    expect(next.rows.map(r => r.cell)).toEqual([1, 2, 3]);
+    expect(next.seq).toBe(7);
+    expect(first.rows.map(r => r.cell)).toEqual([1, 2]); // a new object: the chart redraws
+  });
+
+  it('starts again from a whole chart, or after a message it never had', () => {
+    const first = mergeTimeline(null, message([row(1, 10, 10)], 4));
+    expect(mergeTimeline(first, message([row(5, 50, 0)], 6)).rows.map(r => r.cell)).toEqual([5]);
+    // follows seq 5, which was dropped: a chart with a hole would draw a wrong line
+    const gap = mergeTimeline(first, message([row(6, 60, 10)], 8, 5));
+    expect(gap.rows.map(r => r.cell)).toEqual([6]);
+  });
+
+  it('keeps the last MAX_CELLS cells of each device', () => {
+    let chart = mergeTimeline(null, message([row(0, 1, 1, { device: 'cuda:0' })], 1));
+    for (let cell = 1; cell <= MAX_CELLS + 5; cell++) {
+      chart = mergeTimeline(chart, message([row(cell, cell, 1)], cell + 1, cell));
+    }
+    const cpu = chart.rows.filter(r => r.device === 'cpu').map(r => r.cell);
+    expect(cpu).toHaveLength(MAX_CELLS);
+    expect(cpu[cpu.length - 1]).toBe(MAX_CELLS + 5);
+    expect(chart.rows.filter(r => r.device === 'cuda:0')).toHaveLength(1);
   });
 });
 
@@ -136,5 +178,17 @@ describe('the panel', () => {
     harness.comm.receive({ ...message([]), rows: [{ cell: 'x' }] });
     expect(harness.connection.timeline?.seq).toBe(5); // the bad one was dropped
     expect(chart.textContent).toContain(rows[rows.length - 1].label);
+  });
+
+  it("adds each cell's rows to the chart it has", async () => {
+    harness = await connectedPanel(loadFixture(fixtureNames()[0]));
+    const chart = harness.panel.node.querySelector<HTMLElement>('.jp-TorchDeviceMagic-timeline')!;
+    const whole = kernelTimeline();
+    harness.comm.receive(whole);
+    const next = row(99, 4096, 1024, { label: 'cpu: after cell 99' });
+    harness.comm.receive(message([next], whole.seq + 1, whole.seq));
+    expect(harness.connection.timeline?.rows).toEqual([...whole.rows, next]);
+    expect(chart.querySelectorAll('circle')).toHaveLength(whole.rows.length + 1);
+    expect(chart.textContent).toContain('cpu: after cell 99');
   });
 });
