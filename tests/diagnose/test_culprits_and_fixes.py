@@ -422,7 +422,7 @@ def test_trainable_leaf_keeps_being_a_leaf() -> None:
     assert "optimizer" in d.note
 
 
-def test_moving_to_cpu_mentions_the_accelerator_alternative() -> None:
+def test_the_cpu_side_joins_the_accelerator_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     # a FakeTensor is the one way to hold a "cuda:0" tensor on this machine
@@ -439,9 +439,25 @@ def test_moving_to_cpu_mentions_the_accelerator_alternative() -> None:
     assert d is not None
     assert names(d) == {"model": ("cpu",), "x": ("cuda:0",)}
     assert next(c for c in d.culprits if c.name == "x").kind == "FakeTensor"
-    assert d.target == "cpu"
-    assert d.fix == 'x = x.to("cpu")'
-    assert d.note == 'to run on cuda:0 instead: model.to("cuda:0")'
+    # one side is on the accelerator the user chose: the CPU side joins it, not the reverse
+    assert d.target == "cuda:0"
+    assert d.fix == 'model.to("cuda:0")'
+    assert d.reason == "the work runs on cuda:0, as chosen: what is on the CPU joins it"
+    # ... unless torch's default device names another device, or the CPU side would not fit
+    from torchdevice_magic.diagnose import policy
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "get_default_device", lambda: torch.device("cuda", 1))
+        d_default = diagnose(RuntimeError(msg), ns, "model(x)")
+        assert d_default is not None and d_default.target == "cpu"
+        assert d_default.reason == "torch's default device is cuda:1, not cuda:0"
+        assert d_default.fix == 'x = x.to("cpu")'
+    with monkeypatch.context() as patch:
+        patch.setattr(policy, "free_bytes", lambda device: 4)
+        d_full = diagnose(RuntimeError(msg), ns, "model(x)")
+        assert d_full is not None and d_full.target == "cpu"
+        assert "would not fit in cuda:0's free memory (4 B)" in d_full.reason
+        assert d_full.note == 'to run on cuda:0 instead: model.to("cuda:0")'
     # with only one side known, the fix goes to the other device the message names
     ns["x"] = torch.randn(1, 3)
     d2 = diagnose(RuntimeError(msg), ns, "model(x)")

@@ -19,7 +19,7 @@ from typing import Any
 
 from .candidates import Candidate, Collector, expression_candidates, is_type, quote_device
 from .cells import Cell, parse_cell
-from .frames import user_frames
+from .frames import library_frames, user_frames
 from .sources import (
     argument_names,
     function_source,
@@ -142,6 +142,7 @@ def collect_candidates(
     if cell.tree is not None and namespace is not None:
         _add_cell_reads(collector, namespace, cell, torch)
     _add_frame_locals(collector, err, chain, torch)
+    _add_library_frames(collector, err, chain, torch)
     cands = collector.candidates()
     # Frame objects that the namespace also holds (e.g. ``self`` in forward() is ``model``):
     # name the fix after the namespace binding, which the user can run in a cell.
@@ -183,6 +184,49 @@ def _add_frame_locals(
             _add_one_frame(collector, frame, torch)
     finally:
         frames = []
+
+
+def _add_library_frames(
+    collector: Collector, err: BaseException, chain: list[BaseException], torch: Any
+) -> None:
+    """Below the user's last frame, a library's own frames: the tensors their failing line
+    reads (``H`` a library made without ``device=``) and the plain tensor attributes their
+    module methods read (``m.phase_advance``), which ``m.to()`` never moved. Only what the
+    running line reads: a library function's other locals are not the user's business."""
+    frames: list[Any] = []
+    try:
+        for e in [err, *[c for c in chain if c is not err]]:
+            frames = library_frames(getattr(e, "__traceback__", None))
+            if frames:
+                break
+        for frame in frames:
+            _add_one_library_frame(collector, frame, torch)
+    finally:
+        frames = []
+
+
+def _add_one_library_frame(collector: Collector, frame: Any, torch: Any) -> None:
+    try:
+        code = frame.f_code
+        local_items = list(dict(frame.f_locals).items())
+        where = f"{'/'.join(code.co_filename.split('/')[-2:])}:{frame.f_lineno}"
+    except Exception:
+        return
+    self_obj = method_instance(code, local_items)
+    line_names = names_in_running_line(frame)
+    for name, value in local_items[:2000]:
+        if isinstance(name, str) and name in line_names and is_type(value, torch.Tensor):
+            collector.add(name, f"frame {code.co_name}", value, library=where)
+    if is_type(self_obj, torch.nn.Module):
+        for attr, value in _module_attribute_tensors(self_obj, code, torch):
+            collector.add(
+                f"self.{attr}",
+                f"attribute {type(self_obj).__name__}",
+                value,
+                attr=attr,
+                owner=id(self_obj),
+                cls=type(self_obj),
+            )
 
 
 def _add_one_frame(collector: Collector, frame: Any, torch: Any) -> None:

@@ -45,6 +45,7 @@ from .fixes import (
     make_on_input_device,
     materialise_meta_module,
     move_statement,
+    names_bound_before,
     one_click_move,
     recreate_meta_tensors,
     register_attribute_as_buffer,
@@ -162,7 +163,13 @@ def _involved(case: _ErrorCase) -> list[Candidate]:
         relevant = [c for c in case.candidates if involved_in(c, case.match.devices)]
     # a loader, a dataset, a trainer: only where no tensor, module, optimizer or container is
     # on their devices
-    direct = {d for c in relevant if c.info.category != "object" for d in c.info.by_device}
+    # (a library's own local is no such thing: the user reaches it only through their object)
+    direct = {
+        d
+        for c in relevant
+        if c.info.category != "object" and not c.library
+        for d in c.info.by_device
+    }
     return [
         c for c in relevant if c.info.category != "object" or not set(c.info.by_device) <= direct
     ]
@@ -261,6 +268,7 @@ def _route(case: _ErrorCase, draft: FixDraft, target_reason: str) -> _Route:
         if out_target is not None and dest == out_target:
             movers, route.out_ids = out_cands, frozenset(id(c) for c in out_cands)
         route.movers = _moved_at_their_source(movers, dest, draft)
+        route.movers = _outside_libraries(case, route.movers, dest, draft)
         attrs = [c for c in route.movers if c.where.startswith("attribute ")]
         if attrs:  # an attribute culprit: only it moves (its module is where it should be)
             route.movers = attrs
@@ -286,6 +294,33 @@ def _moved_at_their_source(movers: list[Candidate], dest: str, draft: FixDraft) 
     if lines and not inside[0].module_method:
         draft.notes.append(f"to fix it for every call, inside {where}(): {lines}")
     return [c for c in movers if c not in inside]
+
+
+def _outside_libraries(
+    case: _ErrorCase, movers: list[Candidate], dest: str, draft: FixDraft
+) -> list[Candidate]:
+    """A library's own locals are named but never moved: the user cannot edit that line.
+    Where the user's objects also move, they suffice; where only library locals are off the
+    destination, there is no safe one-line fix: say which line makes them, and the user-side
+    workaround (factory calls without ``device=`` follow ``with torch.device(...)``)."""
+    inside = [c for c in movers if c.library and not c.alias]
+    if not inside:
+        return movers
+    rest = [c for c in movers if c not in inside]
+    if rest:
+        return rest
+    names = ", ".join(c.name for c in inside)
+    lines = ", ".join(dict.fromkeys(c.library for c in inside))
+    draft.safe = False
+    draft.why = (
+        f"{names} {'is' if len(inside) == 1 else 'are'} made inside library code ({lines}) "
+        f"without device=, so it lands on the default device whatever the input: that line is "
+        f"not yours to edit. Work around it by running the call under "
+        f"`with torch.device({quote_device(dest)}):` (factory calls without device= then make "
+        f"their tensors on {dest}), by passing the tensor yourself where the library accepts "
+        "it, or by upgrading the library if a later release fixed it."
+    )
+    return []
 
 
 def _prefer_expressions(case: _ErrorCase, route: _Route) -> None:
@@ -472,7 +507,14 @@ def _explain(case: _ErrorCase, target_reason: str) -> Diagnosis:
         match=match,
         safe=draft.safe,
         why_no_fix=draft.why,
-        action=one_click_move(draft, route.movers, route.dest, case.meta_ok, case.namespace),
+        action=one_click_move(
+            draft,
+            route.movers,
+            route.dest,
+            case.meta_ok,
+            case.namespace,
+            names_bound_before(case.cell, case.lineno),
+        ),
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from .candidates import Candidate, is_type, on_target, quote_device
 from .cells import Cell
 from .explain import Culprit, FixLine, MoveAction
+from .frames import is_user_filename
 from .schema import MessageMatch, Rule
 from .sources import creation_on_device, function_tree
 
@@ -30,6 +31,7 @@ __all__ = [
     "make_on_input_device",
     "materialise_meta_module",
     "move_statement",
+    "names_bound_before",
     "one_click_move",
     "recreate_meta_tensors",
     "register_attribute_as_buffer",
@@ -51,7 +53,10 @@ def move_statement(c: Candidate, target: str | None, dtype: str | None = None) -
     info = c.info
     if info.category == "object":
         # an object holding modules (a trainer): move its modules in place, so an optimizer
-        # that holds their Parameters stays valid; other objects: no one-line move
+        # that holds their Parameters stays valid; an object with its own .to() (a
+        # BatchEncoding) moves as a whole; other objects: no one-line move
+        if dev is not None and not dtype and not info.modules and info.moves_itself:
+            return f"{name} = {name}.to({dev})"
         if dev is None or dtype or not info.modules:
             return ""
         return "; ".join(
@@ -128,12 +133,15 @@ def _checkpoint_name(
 
 def _init_assignment(cls: Any, attr: str) -> tuple[str, str] | None:
     """(``Class.__init__``, ``self.attr = <expr>`` as written) from the class's source, read
-    with linecache (notebook cells included). None when the source is not available. The
-    instance is ``__init__``'s first parameter (``self``, or however the class calls it)."""
+    with linecache (notebook cells included). None when the source is not available or is not
+    the user's (a library's class: its file is not theirs to edit). The instance is
+    ``__init__``'s first parameter (``self``, or however the class calls it)."""
     try:
         code = cls.__dict__.get("__init__").__code__
         me = code.co_varnames[0] if code.co_argcount else "self"
     except Exception:
+        return None
+    if not is_user_filename(code.co_filename):
         return None
     found = function_tree(code)
     if found is None:
@@ -395,9 +403,12 @@ def one_click_move(
     dest: str | None,
     meta_ok: bool,
     namespace: Mapping[str, Any] | None,
+    rebound: frozenset[str] = frozenset(),
 ) -> MoveAction | None:
     """The fix as a plain move of namespace names, for the one-click button; None when the fix
-    is anything else (a rewrite, to_empty, a buffer, moving a loop's batch variable)."""
+    is anything else (a rewrite, to_empty, a buffer, moving a loop's batch variable) or when
+    the failing cell itself binds a mover before the failing line (``rebound``): its re-run
+    would make it again where it was, so the move would fix nothing."""
     if not draft.safe or dest is None or not movers or namespace is None:
         return None
     if dest == "meta" and not meta_ok:
@@ -413,6 +424,8 @@ def one_click_move(
         name = c.alias or c.name
         if "." in name or "[" in name:
             return None  # the move engine moves top-level names
+        if name in rebound:
+            return None
         try:
             if name not in namespace:
                 return None
@@ -420,6 +433,21 @@ def one_click_move(
             return None
         names.append(name)
     return MoveAction(tuple(dict.fromkeys(names)), dest)
+
+
+def names_bound_before(cell: Cell, lineno: int | None) -> frozenset[str]:
+    """The names the cell's own code binds (assigns, imports, loops over) at or before
+    ``lineno`` (anywhere where the failing line is unknown): a re-run of the cell makes them
+    anew, so moving them in the namespace does not survive it."""
+    if cell.tree is None:
+        return frozenset()
+    bound: set[str] = set()
+    for node in ast.walk(cell.tree):
+        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)):
+            continue
+        if lineno is None or node.lineno <= lineno:
+            bound.add(node.id)
+    return frozenset(bound)
 
 
 def fallback_fix(rule: Rule, match: MessageMatch, dest: str | None) -> str:
