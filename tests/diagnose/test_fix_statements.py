@@ -439,7 +439,10 @@ def test_plain_tensor_attribute_becomes_a_buffer(simulated_device: str) -> None:
     scale = next(c for c in d.culprits if c.name == "self.scale")
     assert scale.alias == "net.scale" and scale.devices == ("cpu",)
     assert [(f.where, f.source) for f in d.fix_lines] == [
-        ("cell", f'net.register_buffer("scale", vars(net).pop("scale").to("{simulated_device}"))'),
+        (
+            "cell",
+            f'net.register_buffer("scale", vars(net).pop("scale", net.scale).to("{simulated_device}"))',
+        ),
         ("class Scaled.__init__", 'self.register_buffer("scale", torch.full((3,), 2.0))'),
     ]
     assert "module.to() does not move it" in d.note

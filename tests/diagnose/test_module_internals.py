@@ -70,7 +70,7 @@ def test_plain_tensor_attribute_of_a_submodule_is_named_and_fixed(
     assert culprit(d, "model[2].temperature").devices == ("cpu",)
     assert "in forward()" not in text  # forward's input h is where it should be: not listed
     assert d.fix_lines[0].source == (
-        f'model[2].register_buffer("temperature", vars(model[2]).pop("temperature").to("{dev}"))'
+        f'model[2].register_buffer("temperature", vars(model[2]).pop("temperature", model[2].temperature).to("{dev}"))'
     )
     assert d.fix_lines[1].where == "class Head.__init__"
     assert d.fix_lines[1].source == 'self.register_buffer("temperature", torch.ones(4))'
@@ -317,3 +317,95 @@ def test_attribute_found_when_the_method_does_not_call_it_self(ip, shown, simula
     assert d.fix_lines[1].where == "class Head.__init__"
     apply_cell_fixes(ip, d)
     assert_succeeds(ip, "y = model(x)")
+
+
+@pytest.mark.simulated
+def test_modules_kept_in_a_plain_list_are_named_and_become_a_module_list(
+    ip, shown, simulated_device
+) -> None:
+    dev = simulated_device
+    setup(
+        ip,
+        """
+        import torch, torch.nn as nn
+        class Heads(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.heads = [nn.Linear(3, 2), nn.Linear(3, 4)]
+            def forward(self, x):
+                return [head(x) for head in self.heads]
+        model = Heads().to(DEV)
+        x = torch.randn(2, 3, device=DEV)
+        """,
+        dev,
+    )
+    d = failing(ip, "outs = model(x)")
+    # the list .to() never saw is the culprit, on the CPU; the fix keeps the accelerator
+    assert culprit(d, "model.heads").devices == ("cpu",)
+    assert d.target == dev
+    assert d.fix_lines[0].source == (f'model.heads = torch.nn.ModuleList(model.heads).to("{dev}")')
+    assert "plain Python list of modules" in d.note
+    apply_cell_fixes(ip, d)
+    assert_succeeds(ip, "outs = model(x)")
+
+
+LIBRARY = """
+import torch
+
+class Stretch(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.advance = torch.linspace(0, 1, 3)
+
+    def forward(self, x):
+        return vocoder(x, self.advance)
+
+def vocoder(x, advance):
+    return x - advance
+
+def positions(x):
+    steps = torch.arange(x.shape[-1])
+    return x * steps
+"""
+
+
+@pytest.fixture
+def library_on_path(tmp_path, monkeypatch):
+    """A third-party package in a ``site-packages`` folder: its frames are library frames."""
+    folder = tmp_path / "site-packages"
+    folder.mkdir()
+    (folder / "stretchlib.py").write_text(LIBRARY)
+    monkeypatch.syspath_prepend(str(folder))
+    yield
+    import sys
+
+    sys.modules.pop("stretchlib", None)
+
+
+@pytest.mark.simulated
+def test_a_library_modules_plain_attribute_and_unplaced_tensor_are_named(
+    ip, shown, simulated_device, library_on_path
+) -> None:
+    dev = simulated_device
+    setup(
+        ip,
+        "import torch\nfrom stretchlib import Stretch, positions\n"
+        "m = Stretch().to(DEV)\nspec = torch.randn(2, 3, device=DEV)",
+        dev,
+    )
+    d = failing(ip, "out = m(spec)")
+    # the library module's attribute, named through the user's variable, moved on the
+    # user's side (the library's __init__ is not theirs to edit: no class fix line)
+    assert culprit(d, "m.advance").devices == ("cpu",)
+    assert [line.where for line in d.fix_lines] == ["cell"]
+    assert d.fix_lines[0].source == (
+        f'm.register_buffer("advance", vars(m).pop("advance", m.advance).to("{dev}"))'
+    )
+    apply_cell_fixes(ip, d)
+    assert_succeeds(ip, "out = m(spec)")
+    # a tensor the library makes without device=: named, with its line; no fix pretends
+    d2 = failing(ip, "p = positions(spec)")
+    assert culprit(d2, "steps").devices == ("cpu",)
+    assert not d2.safe and d2.action is None
+    assert "stretchlib.py:" in d2.why_no_fix
+    assert f'with torch.device("{dev}")' in d2.why_no_fix

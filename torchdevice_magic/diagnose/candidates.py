@@ -96,6 +96,8 @@ class Candidate:
     #: a local of a third-party library's frame: where (``pkg/mod.py:42``) -- the user cannot
     #: edit that line, only work around it
     library: str = ""
+    #: for "attribute": a plain list/tuple/dict of modules (``self.heads = []``)
+    holds_modules: bool = False
 
 
 def is_type(obj: Any, cls: Any) -> bool:
@@ -344,6 +346,7 @@ class Collector:
                     module_method=e.get("module_method", False),
                     tensor_args=e.get("tensor_args", ()),
                     library=e.get("library", ""),
+                    holds_modules=e.get("holds_modules", False),
                 )
             )
         return out

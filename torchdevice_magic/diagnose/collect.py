@@ -110,9 +110,10 @@ def _is_namespace_dict(value: Any) -> bool:
 
 
 def _module_attribute_tensors(self_obj: Any, code: Any, torch: Any) -> list[tuple[str, Any]]:
-    """Plain tensor attributes of a module that its method reads (``self.scale``): in the
-    instance dict, so ``module.to()`` never moved them. Read from ``__dict__`` only: no
-    property or ``__getattr__`` of the user's class runs."""
+    """Plain tensor attributes of a module that its method reads (``self.scale``), and plain
+    lists, tuples and dicts of tensors or modules (``self.heads = []``, criteria with class
+    weights): in the instance dict, so ``module.to()`` never moved them. Read from
+    ``__dict__`` only: no property or ``__getattr__`` of the user's class runs."""
     try:
         instance = object.__getattribute__(self_obj, "__dict__")
         names = set(code.co_names)
@@ -124,9 +125,26 @@ def _module_attribute_tensors(self_obj: Any, code: Any, torch: Any) -> list[tupl
             value = dict.get(instance, name)
         except Exception:
             continue
-        if is_type(value, torch.Tensor) and not is_type(value, torch.nn.Parameter):
+        plain_tensor = is_type(value, torch.Tensor) and not is_type(value, torch.nn.Parameter)
+        if plain_tensor or _plain_holder_of(value, torch) is not None:
             out.append((name, value))
     return out
+
+
+def _plain_holder_of(value: Any, torch: Any) -> str | None:
+    """``"modules"`` or ``"tensors"`` for a plain list/tuple/dict (exactly those types) whose
+    items are modules or tensors; None for anything else."""
+    if type(value) is dict:
+        items = list(dict.values(value))[:1000]
+    elif type(value) in (list, tuple):
+        items = list(value)[:1000]
+    else:
+        return None
+    if items and all(is_type(v, torch.nn.Module) for v in items):
+        return "modules"
+    if any(is_type(v, torch.Tensor) for v in items):
+        return "tensors"
+    return None
 
 
 def collect_candidates(
@@ -226,6 +244,7 @@ def _add_one_library_frame(collector: Collector, frame: Any, torch: Any) -> None
                 attr=attr,
                 owner=id(self_obj),
                 cls=type(self_obj),
+                holds_modules=_plain_holder_of(value, torch) == "modules",
             )
 
 
@@ -269,6 +288,7 @@ def _add_one_frame(collector: Collector, frame: Any, torch: Any) -> None:
                 attr=attr,
                 owner=id(self_obj),
                 cls=type(self_obj),
+                holds_modules=_plain_holder_of(value, torch) == "modules",
             )
 
 
@@ -308,7 +328,10 @@ def _mark_covered(cands: list[Candidate]) -> None:
     by_label = {c.label: c for c in cands}
     # ``for batch_X in xs: model(batch_X)``: moving the batch where it is used beats moving
     # the whole list, so the list is listed but not moved.
+    # (not a module's own list: each call reads its items from it again)
     for c in cands:
+        if c.where.startswith("attribute "):
+            continue
         if c.info.category == "container" and any(
             by_label.get(label) is not None
             and by_label[label].info.category == "tensor"

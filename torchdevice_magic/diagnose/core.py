@@ -47,6 +47,7 @@ from .fixes import (
     move_statement,
     names_bound_before,
     one_click_move,
+    rebuild_attribute_container,
     recreate_meta_tensors,
     register_attribute_as_buffer,
     to_culprit,
@@ -356,6 +357,8 @@ def _write_fix_lines(case: _ErrorCase, route: _Route, draft: FixDraft) -> list[C
     for c in sorted(route.movers, key=lambda c: c.order):
         if c.info.category == "expression" and c.creation is not None:
             _rewrite_expression(case, route, c, rewrote, draft)
+        elif c.where.startswith("attribute ") and c.attr and c.info.container:
+            rebuild_attribute_container(c, dest, draft)
         elif c.where.startswith("attribute ") and c.attr:
             register_attribute_as_buffer(c, dest, draft)
         elif c.code is not None and _made_in_method(case, c, dest, draft):
@@ -428,7 +431,12 @@ def _attributes_left_behind(case: _ErrorCase, movers: list[Candidate], draft: Fi
         return
     for c in case.relevant:
         left_behind = not set(c.info.by_device) <= owner_devices
-        attribute = c.where.startswith("attribute ") and c.attr and c.cls is not None
+        attribute = (
+            c.where.startswith("attribute ")
+            and c.attr
+            and c.cls is not None
+            and not c.info.container
+        )
         if attribute and c not in movers and left_behind:
             buffer_in_class(c, draft)
 

@@ -34,6 +34,7 @@ __all__ = [
     "names_bound_before",
     "one_click_move",
     "recreate_meta_tensors",
+    "rebuild_attribute_container",
     "register_attribute_as_buffer",
     "to_culprit",
 ]
@@ -259,6 +260,36 @@ def buffer_in_class(c: Candidate, draft: FixDraft) -> None:
         )
 
 
+def rebuild_attribute_container(c: Candidate, dest: str, draft: FixDraft) -> None:
+    """A plain list/tuple/dict a module keeps as an attribute: ``module.to()`` never sees what
+    it holds. Modules in it become an ``nn.ModuleList``/``nn.ModuleDict`` (registered, so they
+    move and save with the module from then on); tensors in it are moved."""
+    attr, owner, kind = c.attr or "", c.owner, c.info.container
+    c.cls = None
+    name = f"{owner}.{attr}" if owner else f"self.{attr}"
+    dev = quote_device(dest)
+    if c.holds_modules:
+        holder = "ModuleDict" if kind == "dict" else "ModuleList"
+        statement = f"{name} = torch.nn.{holder}({name}).to({dev})"
+        draft.notes.append(
+            f"{name} is a plain Python {kind} of modules, so .to() on its module never moved "
+            f"them (nor does state_dict() save them): make it a torch.nn.{holder} in __init__ "
+            "and they move with the module."
+        )
+    else:
+        statement = move_statement(c, dest)
+        draft.notes.append(
+            f"{name} is a plain Python {kind} of tensors, so .to() on its module never moved "
+            "them: register each as a buffer (and read them through the module), or move the "
+            f"{kind} with the module."
+        )
+    if not owner:
+        draft.safe = False
+        draft.why = f"self.{attr} is not reachable from a variable: move it where it is made."
+        return
+    draft.fix_lines.append(FixLine("cell", statement.replace(c.alias or c.name, name)))
+
+
 def register_attribute_as_buffer(c: Candidate, dest: str, draft: FixDraft) -> None:
     attr = c.attr or ""
     cls = c.cls
@@ -282,7 +313,9 @@ def register_attribute_as_buffer(c: Candidate, dest: str, draft: FixDraft) -> No
         draft.fix_lines.append(
             FixLine(
                 "cell",
-                f'{owner}.register_buffer("{attr}", vars({owner}).pop("{attr}").to({quote_device(dest)}))',
+                # pop() with a default: right also once the class registers it itself
+                f'{owner}.register_buffer("{attr}", vars({owner}).pop("{attr}", {owner}.{attr})'
+                f".to({quote_device(dest)}))",
             )
         )
     found = _init_assignment(cls, attr) if cls is not None else None
