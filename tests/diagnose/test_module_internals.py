@@ -409,3 +409,35 @@ def test_a_library_modules_plain_attribute_and_unplaced_tensor_are_named(
     assert not d2.safe and d2.action is None
     assert "stretchlib.py:" in d2.why_no_fix
     assert f'with torch.device("{dev}")' in d2.why_no_fix
+
+
+@pytest.mark.simulated
+def test_a_non_persistent_buffer_left_on_meta_is_named_and_never_called_fixed(
+    ip, shown, simulated_device
+) -> None:
+    dev = simulated_device
+    setup(
+        ip,
+        """
+        import torch
+        from torch import nn
+        class Rotary(nn.Module):
+            def __init__(self, dim=4):
+                super().__init__()
+                self.proj = nn.Linear(dim, dim)
+                self.register_buffer("inv_freq", torch.arange(dim).float(), persistent=False)
+            def forward(self, x):
+                return self.proj(x) * self.inv_freq
+        state_dict = {k: v.to(DEV) for k, v in Rotary().state_dict().items()}
+        with torch.device("meta"):
+            m = Rotary()
+        m.load_state_dict(state_dict, assign=True)
+        x = torch.randn(2, 4, device=DEV)
+        """,
+        dev,
+    )
+    d = failing(ip, "y = m(x)")
+    # the buffer no state dict holds is the culprit, listed first, on meta
+    assert d.culprits[0].name == "m.inv_freq" and d.culprits[0].devices == ("meta",)
+    assert "on meta in m: buffers inv_freq." in d.note  # a buffer, not "parameters"
+    assert not d.safe and "non-persistent buffer" in d.why_no_fix

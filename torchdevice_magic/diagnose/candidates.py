@@ -96,6 +96,8 @@ class Candidate:
     #: a local of a third-party library's frame: where (``pkg/mod.py:42``) -- the user cannot
     #: edit that line, only work around it
     library: str = ""
+    #: a module's non-persistent buffer left on meta (no state dict holds it)
+    unsaved_buffer: bool = False
     #: for "attribute": a plain list/tuple/dict of modules (``self.heads = []``)
     holds_modules: bool = False
 

@@ -17,7 +17,14 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-from .candidates import Candidate, Collector, expression_candidates, is_type, quote_device
+from .candidates import (
+    Candidate,
+    CandidateFacts,
+    Collector,
+    expression_candidates,
+    is_type,
+    quote_device,
+)
 from .cells import Cell, parse_cell
 from .frames import library_frames, user_frames
 from .sources import (
@@ -445,3 +452,34 @@ def frame_creations(
             fcell.creations_in(rel, namespace), missing, f"frame {code.co_name}", 100, rel, fcell
         )
     )
+
+
+def unloaded_meta_buffers(name: str, module: Any, torch: Any, order: int) -> list[Candidate]:
+    """The buffers of a module that are on meta and in no state dict (``persistent=False``):
+    ``load_state_dict`` never fills them and ``to_empty`` leaves them uninitialised, so each
+    is a culprit of its own (``m.inv_freq``), not just "parameters on meta"."""
+    try:
+        saved = set(torch.nn.Module.state_dict(module, keep_vars=True).keys())
+        buffers = list(torch.nn.Module.named_buffers(module))[:1000]
+    except Exception:
+        return []
+    out: list[Candidate] = []
+    for path, buffer in buffers:
+        try:
+            on_meta = bool(buffer.is_meta)
+            nbytes = int(buffer.numel()) * int(buffer.element_size())
+        except Exception:
+            continue
+        if not on_meta or path in saved:
+            continue
+        facts = CandidateFacts(
+            kind=type(buffer).__name__,
+            category="tensor",
+            by_device={"meta": nbytes},
+            actual=0,
+            dtype=str(buffer.dtype).removeprefix("torch."),
+        )
+        out.append(
+            Candidate(f"{name}.{path}", "cell", id(buffer), facts, order=order, unsaved_buffer=True)
+        )
+    return out

@@ -34,7 +34,12 @@ from .candidates import (
     quote_device,
 )
 from .cells import Cell, parse_cell, user_function_calls
-from .collect import collect_candidates, frame_creations, resolve_chain
+from .collect import (
+    collect_candidates,
+    frame_creations,
+    resolve_chain,
+    unloaded_meta_buffers,
+)
 from .explain import Diagnosis, FixLine
 from .fixes import (
     FixDraft,
@@ -145,11 +150,15 @@ def _gather(
     if torch is not None:
         case.candidates = collect_candidates(err, chain, namespace, cell, torch)
         if namespace is not None:
+            unloaded: list[Candidate] = []
             for c in case.candidates:
                 if c.info.category == "module" and c.info.meta_params:
                     ok, obj = resolve_chain(namespace, c.alias or c.name, torch)
                     if ok and id(obj) == c.obj_id:
                         case.objects[c.obj_id] = obj
+                        name = c.alias or c.name
+                        unloaded += unloaded_meta_buffers(name, obj, torch, c.order)
+            case.candidates[:0] = unloaded  # the culprits: listed first
     case.lineno = failing_cell_line(err, chain)
     case.relevant = _involved(case)
     return case
@@ -474,6 +483,15 @@ def _say_no_data(
                 f"{'it' if one else 'them'} on {route.dest} (where it is made, with "
                 f"device={quote_device(route.dest or 'cpu')}) or load the real values."
             )
+            unsaved = [c.name for c in left if c.unsaved_buffer]
+            if unsaved:
+                draft.why = (
+                    f"{', '.join(unsaved)}: non-persistent buffer{'s' if len(unsaved) > 1 else ''}"
+                    " (persistent=False), in no state dict: load_state_dict() never fills "
+                    "them and to_empty() leaves them uninitialised, so the module would "
+                    "compute garbage. Re-create them as the class's __init__ does (build the "
+                    f"module on {route.dest} instead of meta and load the weights into it)."
+                )
     if case.rule.moves_meta_objects and not route.movers:
         draft.safe = False
         draft.why = (

@@ -187,21 +187,44 @@ def materialise_meta_module(
     draft.fix_lines.append(
         FixLine(fix_location(c), f"{name}.to_empty(device={quote_device(dest)})")
     )
+    on_meta = _meta_tensor_names(obj, torch)
+    if on_meta:
+        draft.notes.append(f"on meta in {name}: {on_meta}.")
     found = _checkpoint_name(namespace, obj, torch)
     if found is not None:
         draft.fix_lines.append(FixLine(fix_location(c), f"{name}.load_state_dict({found[1]})"))
         draft.notes.append(
-            f"{name} has parameters on the meta device, which hold no data, so .to() cannot "
+            f"{name} has tensors on the meta device, which hold no data, so .to() cannot "
             f"copy them: to_empty(device={quote_device(dest)}) allocates real storage (uninitialised) "
             f"and load_state_dict({found[1]}) puts the weights back."
         )
     else:
         draft.notes.append(
-            f"{name} has parameters on the meta device, which hold no data, so .to() cannot "
+            f"{name} has tensors on the meta device, which hold no data, so .to() cannot "
             f"copy them: use {name}.to_empty(device={quote_device(dest)}) and then reload the "
             f"weights, e.g. {name}.load_state_dict(torch.load(PATH)) (to_empty leaves every "
             "parameter uninitialised)."
         )
+
+
+def _meta_tensor_names(module: Any, torch: Any, shown: int = 6) -> str:
+    """Which of a module's tensors are on meta, parameters and buffers said apart:
+    ``parameters proj.weight, proj.bias; buffers inv_freq``."""
+    if module is None:
+        return ""
+    parts = []
+    for label, named in (
+        ("parameters", torch.nn.Module.named_parameters),
+        ("buffers", torch.nn.Module.named_buffers),
+    ):
+        try:
+            names = [n for n, t in list(named(module))[:10_000] if t.is_meta]
+        except Exception:
+            continue
+        if names:
+            more = f" and {len(names) - shown} more" if len(names) > shown else ""
+            parts.append(f"{label} {', '.join(names[:shown])}{more}")
+    return "; ".join(parts)
 
 
 def fix_location(c: Candidate) -> str:
