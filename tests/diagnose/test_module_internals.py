@@ -403,12 +403,20 @@ def test_a_library_modules_plain_attribute_and_unplaced_tensor_are_named(
     )
     apply_cell_fixes(ip, d)
     assert_succeeds(ip, "out = m(spec)")
-    # a tensor the library makes without device=: named, with its line; no fix pretends
+    # a tensor the library makes without device=: named with the library's line; the fix
+    # runs the user's own call under torch.device(...), the library line being no one's to edit
     d2 = failing(ip, "p = positions(spec)")
     assert culprit(d2, "steps").devices == ("cpu",)
-    assert not d2.safe and d2.action is None
-    assert "stretchlib.py:" in d2.why_no_fix
-    assert f'with torch.device("{dev}")' in d2.why_no_fix
+    assert d2.safe and d2.action is None
+    assert [(f.where, f.source) for f in d2.fix_lines] == [
+        ("line 1", f'with torch.device("{dev}"): p = positions(spec)')
+    ]
+    assert "stretchlib.py:" in d2.note
+    assert_succeeds(ip, d2.fix_lines[0].source)
+    assert_succeeds(ip, "assert p.device == spec.device")
+    # where the call is not a one-line statement of the cell, no fix pretends
+    d3 = failing(ip, "if True:\n    p = (positions(\n        spec))")
+    assert not d3.safe and f'with torch.device("{dev}")' in d3.why_no_fix
 
 
 @pytest.mark.simulated

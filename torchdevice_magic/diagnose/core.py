@@ -20,6 +20,7 @@ error is: what differs between families is a field of its :class:`~.schema.Rule`
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -321,11 +322,32 @@ def _outside_libraries(
         return rest
     names = ", ".join(c.name for c in inside)
     lines = ", ".join(dict.fromkeys(c.library for c in inside))
+    made = (
+        f"{names} {'is' if len(inside) == 1 else 'are'} made inside library code ({lines}) "
+        "without device=, so on the default device whatever the input; that line is not "
+        "yours to edit"
+    )
+    stmt = case.cell.statement_at(case.lineno)
+    simple = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)
+    if isinstance(stmt, simple) and stmt.lineno == stmt.end_lineno:
+        # the cell's own call into the library, run with dest as the default device: the
+        # library's factory calls without device= make their tensors there; nothing existing
+        # moves, and only that statement is affected
+        draft.fix_lines.append(
+            FixLine(
+                f"line {stmt.lineno}",
+                f"with torch.device({quote_device(dest)}): {ast.unparse(stmt)}",
+            )
+        )
+        draft.notes.append(
+            f"{made}: the fix runs your call under torch.device({quote_device(dest)}), so "
+            f"tensors made there without a device land on {dest}; a later release of the "
+            "library may fix it for good."
+        )
+        return []
     draft.safe = False
     draft.why = (
-        f"{names} {'is' if len(inside) == 1 else 'are'} made inside library code ({lines}) "
-        f"without device=, so it lands on the default device whatever the input: that line is "
-        f"not yours to edit. Work around it by running the call under "
+        f"{made}. Work around it by running the call under "
         f"`with torch.device({quote_device(dest)}):` (factory calls without device= then make "
         f"their tensors on {dest}), by passing the tensor yourself where the library accepts "
         "it, or by upgrading the library if a later release fixed it."
