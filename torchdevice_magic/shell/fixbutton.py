@@ -4,11 +4,17 @@ A thin ipywidgets layer over the session: the move goes through the session's mo
 or nothing, undoable, the same planner as every other move), then the session asks the notebook
 to run the failing cell again over the sidebar's comm. Without the labextension (VS Code,
 classic Notebook, nbconvert) the button moves and says "moved: re-run the cell".
+
+A move is a trial until the cell runs again (:class:`FixTrial`, widget-free): if that run
+fails with a device error again, the move is undone and the new diagnosis says what was tried
+(:func:`settle_trial`); a run without error keeps it (:func:`keep_trial`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger("torchdevice_magic")
@@ -65,6 +71,8 @@ class FixButton:
             self.status.value = _escape(result.summary())
             return
         self.moved = result
+        if result.can_undo:
+            self.session.pending_fix = FixTrial(self.action, result, self.cell_id)
         if self.session.request_rerun(self.cell_id):
             self.status.value = _escape(f"{result.summary()}; re-running the cell")
         else:
@@ -84,6 +92,51 @@ class FixButton:
         self.status.value = _escape(result.summary())
         if result.ok:
             self.button.disabled = True
+
+
+@dataclass
+class FixTrial:
+    """A one-click move waiting for the cell's next run to say whether it fixed the error."""
+
+    action: Any
+    moved: Any
+    cell_id: str | None
+
+
+def keep_trial(session: Any) -> None:
+    """The cell ran without error after the move: the move stays, the trial is over."""
+    session.pending_fix = None
+
+
+def settle_trial(session: Any, diagnosis: Any, cell_id: str | None) -> Any:
+    """A device error again after a one-click move: undo that move (if nothing came after it)
+    and return the diagnosis saying what was tried, with no button for the same move again.
+    Any other diagnosis is returned as it is."""
+    trial: FixTrial | None = getattr(session, "pending_fix", None)
+    if trial is None or (trial.cell_id and cell_id and trial.cell_id != cell_id):
+        return diagnosis
+    session.pending_fix = None
+    action = trial.action
+    tried = f"Tried: moved {', '.join(action.names)} to {action.device} and ran the cell again"
+    stack = session.undo_stack
+    if stack and stack[-1] is trial.moved:
+        undone = session.undo()
+        outcome = (
+            "it failed with a device error again, so the move was undone"
+            if getattr(undone, "ok", False)
+            else f"it failed again and undoing the move failed: {undone.summary()}"
+        )
+    else:
+        outcome = "it failed with a device error again (later moves kept it: not undone)"
+    again = diagnosis.action is not None and (
+        tuple(diagnosis.action.names),
+        diagnosis.action.device,
+    ) == (tuple(action.names), action.device)
+    return dataclasses.replace(
+        diagnosis,
+        note=f"{tried}: {outcome}. {diagnosis.note}".strip(),
+        action=None if again else diagnosis.action,
+    )
 
 
 def _escape(text: str) -> str:

@@ -127,6 +127,8 @@ class DeviceSession:
         #: the sidebar's comm channel (set by :func:`load`)
         self.channel: SidebarChannel | None = None
         self.timeline = Timeline(last_error=self._last_cell_error)
+        #: a one-click move waiting for its cell's re-run (see fixbutton.FixTrial)
+        self.pending_fix: Any = None
         self._peak_from_cell_start = False
         self.config.observe(self._config_changed)
 
@@ -316,12 +318,16 @@ class DeviceSession:
                 log.exception("torchdevice_magic: the post-execute hook failed; it carries on")
 
     def _after_cell(self, result: Any) -> None:
+        from .fixbutton import keep_trial
+
         info = getattr(result, "info", None)
         cell = getattr(info, "raw_cell", None) or ""
         names = cell_names(cell, self.shell)
         only_data = touches_only_data(names, self.namespace, self.inventory)
         inventory = self.rescan(names, recheck=not only_data)
         error = getattr(result, "error_in_exec", None)
+        if error is None and getattr(result, "error_before_exec", None) is None:
+            keep_trial(self)  # a one-click move the cell's run proved
         self.record_memory(result, names, inventory)
         explained = error is not None and error is self._explained
         self._explained = None
@@ -462,6 +468,9 @@ class DeviceSession:
         return explanation
 
     def show_diagnosis_result(self, diagnosis: Any, cell_id: str | None = None) -> None:
+        from .fixbutton import settle_trial
+
+        diagnosis = settle_trial(self, diagnosis, cell_id)  # a failed one-click move: undone
         # text for terminals and logs, escaped HTML where a notebook renders it
         self.publish({"text/plain": diagnosis.text(), "text/html": diagnosis._repr_html_()})
         if diagnosis.action is not None and getattr(self.shell, "kernel", None) is not None:
