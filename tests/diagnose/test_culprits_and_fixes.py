@@ -33,7 +33,7 @@ def test_seed_model_on_device_input_on_cpu() -> None:
     assert d.fix == 'x = x.to("meta")'
     lines = d.text().splitlines()
     assert lines[0] == (
-        "Device mismatch: model (Linear, 32 B) is on meta; x (Tensor, 12 B) is on cpu."
+        "Device mismatch: x (Tensor, 12 B) is on cpu; model (Linear, 32 B) is on meta."
     )
     assert lines[1] == 'Fix: x = x.to("meta")   # move the small thing to where the big thing is'
     assert lines[2].startswith("Note: meta tensors hold no data")

@@ -351,10 +351,11 @@ def test_anonymous_operands_name_the_expression_not_the_assignment_target() -> N
     d = diagnose(exc, ns, cell)
     assert d is not None
     assert "x" not in {c.name for c in d.culprits}
-    # both operands are unnamed: each is shown as the expression that makes it
+    # both operands are unnamed: each is shown as the expression that makes it, the one the
+    # fix re-creates first
     assert [(c.name, c.where, c.devices) for c in d.culprits] == [
-        ("torch.ones(3)", "line 1", ("cpu",)),
         ("torch.ones(3, device='meta')", "line 1", ("meta",)),
+        ("torch.ones(3)", "line 1", ("cpu",)),
     ]
     assert [(f.where, f.source) for f in d.fix_lines] == [
         ("line 1", "x = torch.ones(3) @ torch.ones(3, device='cpu')")

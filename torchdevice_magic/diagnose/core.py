@@ -571,7 +571,7 @@ def _shown(case: _ErrorCase, route: _Route) -> list[Candidate]:
     they should be say nothing, and neither do a method's inputs already there (``h`` in
     forward()) when something else is the culprit."""
     dest = route.dest
-    return [
+    shown = [
         c
         for c in case.relevant
         if not (
@@ -580,3 +580,13 @@ def _shown(case: _ErrorCase, route: _Route) -> list[Candidate]:
             and (c.made_here or (c.module_method and not c.alias and route.movers))
         )
     ]
+    # the culprit first (a cap on the lines shown must never hide it): what is off the
+    # destination, what the fix moves first among them; the rest keeps its order
+    movers = {id(c) for c in route.movers}
+
+    def rank(c: Candidate) -> int:
+        if id(c) in movers:
+            return 0
+        return 1 if dest and not on_target(c.info.devices, dest) else 2
+
+    return sorted(shown, key=rank)
