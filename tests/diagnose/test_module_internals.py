@@ -449,3 +449,36 @@ def test_a_non_persistent_buffer_left_on_meta_is_named_and_never_called_fixed(
     assert d.culprits[0].name == "m.inv_freq" and d.culprits[0].devices == ("meta",)
     assert "on meta in m: buffers inv_freq." in d.note  # a buffer, not "parameters"
     assert not d.safe and "non-persistent buffer" in d.why_no_fix
+
+
+@pytest.mark.simulated
+def test_a_hidden_state_made_by_a_call_in_the_cell_is_moved_where_it_is_made(
+    ip, shown, simulated_device
+) -> None:
+    dev = simulated_device
+    setup(
+        ip,
+        """
+        import torch, torch.nn as nn
+        class Cell(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gates = nn.Linear(7, 4)
+            def forward(self, x, state):
+                h, c = state
+                return self.gates(torch.cat([x, h], dim=1)) * c
+            def init_hidden(self, n):
+                return (torch.zeros(n, 4), torch.zeros(n, 4))
+        cell = Cell().to(DEV)
+        x = torch.randn(2, 3, device=DEV)
+        """,
+        dev,
+    )
+    d = failing(ip, "y = cell(x, cell.init_hidden(2))")
+    # moving `state` inside forward() would come after `h, c = state`: the fix moves the
+    # call's result in the cell, before forward() unpacks it, and nothing inside forward()
+    assert [(f.where, f.source) for f in d.fix_lines] == [
+        ("line 1", f"y = cell(x, tuple((t.to('{dev}') for t in cell.init_hidden(2))))")
+    ]
+    assert_succeeds(ip, d.fix_lines[0].source)
+    assert_succeeds(ip, f"assert y.device == torch.device({dev!r})")

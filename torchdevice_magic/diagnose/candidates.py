@@ -96,6 +96,8 @@ class Candidate:
     #: a local of a third-party library's frame: where (``pkg/mod.py:42``) -- the user cannot
     #: edit that line, only work around it
     library: str = ""
+    #: a method's argument: its position among the parameters (``self`` is 0)
+    arg_position: int | None = None
     #: a module's non-persistent buffer left on meta (no state dict holds it)
     unsaved_buffer: bool = False
     #: for "attribute": a plain list/tuple/dict of modules (``self.heads = []``)
@@ -349,6 +351,7 @@ class Collector:
                     tensor_args=e.get("tensor_args", ()),
                     library=e.get("library", ""),
                     holds_modules=e.get("holds_modules", False),
+                    arg_position=e.get("arg_position"),
                 )
             )
         return out

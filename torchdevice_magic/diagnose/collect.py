@@ -283,8 +283,17 @@ def _add_one_frame(collector: Collector, frame: Any, torch: Any) -> None:
             if name in line_names and is_type(value, torch.Tensor):
                 collector.add(name, f"frame {func}", value, code=code, tensor_args=tensor_args)
             continue
+        try:
+            position = code.co_varnames.index(name) if name in args else None
+        except Exception:
+            position = None
         collector.add(
-            name, f"frame {func}", value, loop_var=name in loops, module_method=in_module_method
+            name,
+            f"frame {func}",
+            value,
+            loop_var=name in loops,
+            module_method=in_module_method,
+            arg_position=position,
         )
     if in_module_method:
         for attr, value in _module_attribute_tensors(self_obj, code, torch):

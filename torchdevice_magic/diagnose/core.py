@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..devices import same_device
+from .callsite import arguments_moved_at_call
 from .candidates import (
     Candidate,
     expression_candidates,
@@ -385,7 +386,11 @@ def _write_fix_lines(case: _ErrorCase, route: _Route, draft: FixDraft) -> list[C
     dest = route.dest
     if dest is None:
         return no_data
+    at_call, handled = arguments_moved_at_call(case.cell, case.lineno, route.movers, dest)
+    draft.fix_lines.extend(FixLine(where, source) for where, source in at_call)
     for c in sorted(route.movers, key=lambda c: c.order):
+        if id(c) in handled:
+            continue
         if c.info.category == "expression" and c.creation is not None:
             _rewrite_expression(case, route, c, rewrote, draft)
         elif c.where.startswith("attribute ") and c.attr and c.info.container:
