@@ -12,6 +12,7 @@ identity; what they hold comes from the scan (:mod:`.candidates`).
 from __future__ import annotations
 
 import keyword
+import linecache
 import re
 import types
 from collections.abc import Mapping
@@ -235,8 +236,11 @@ def _add_one_library_frame(collector: Collector, frame: Any, torch: Any) -> None
         code = frame.f_code
         local_items = list(dict(frame.f_locals).items())
         where = f"{'/'.join(code.co_filename.split('/')[-2:])}:{frame.f_lineno}"
+        text = linecache.getline(code.co_filename, frame.f_lineno).strip()
     except Exception:
         return
+    if text:
+        where = f"{where}: `{text[:120]}`"  # the line itself: torch.arange(m) is named
     self_obj = method_instance(code, local_items)
     line_names = names_in_running_line(frame)
     for name, value in local_items[:2000]:

@@ -280,7 +280,7 @@ def _route(case: _ErrorCase, draft: FixDraft, target_reason: str) -> _Route:
         if out_target is not None and dest == out_target:
             movers, route.out_ids = out_cands, frozenset(id(c) for c in out_cands)
         route.movers = _moved_at_their_source(movers, dest, draft)
-        route.movers = _outside_libraries(case, route.movers, dest, draft)
+        route.movers = _outside_libraries(case, route, dest, draft)
         attrs = [c for c in route.movers if c.where.startswith("attribute ")]
         if attrs:  # an attribute culprit: only it moves (its module is where it should be)
             route.movers = attrs
@@ -309,12 +309,13 @@ def _moved_at_their_source(movers: list[Candidate], dest: str, draft: FixDraft) 
 
 
 def _outside_libraries(
-    case: _ErrorCase, movers: list[Candidate], dest: str, draft: FixDraft
+    case: _ErrorCase, route: _Route, dest: str, draft: FixDraft
 ) -> list[Candidate]:
     """A library's own locals are named but never moved: the user cannot edit that line.
     Where the user's objects also move, they suffice; where only library locals are off the
     destination, there is no safe one-line fix: say which line makes them, and the user-side
     workaround (factory calls without ``device=`` follow ``with torch.device(...)``)."""
+    movers = route.movers
     inside = [c for c in movers if c.library and not c.alias]
     if not inside:
         return movers
@@ -345,6 +346,7 @@ def _outside_libraries(
             f"tensors made there without a device land on {dest}; a later release of the "
             "library may fix it for good."
         )
+        route.reason = "what a library makes without a device follows torch's default device"
         return []
     draft.safe = False
     draft.why = (
