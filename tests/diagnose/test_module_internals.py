@@ -482,3 +482,17 @@ def test_a_hidden_state_made_by_a_call_in_the_cell_is_moved_where_it_is_made(
     ]
     assert_succeeds(ip, d.fix_lines[0].source)
     assert_succeeds(ip, f"assert y.device == torch.device({dev!r})")
+
+
+@pytest.mark.simulated
+def test_no_button_for_a_name_the_failing_cell_makes_again(ip, shown, simulated_device) -> None:
+    dev = simulated_device
+    setup(ip, "import torch\nmodel = torch.nn.Linear(3, 2).to(DEV)\nx = torch.randn(4, 3)", dev)
+    # the cell only reads x: moving it in the namespace fixes the re-run, so the button is offered
+    d = failing(ip, "y = model(x)")
+    assert d.action is not None and d.action.names == ("x",) and d.action.device == dev
+    # the cell makes x again before the failing line: a re-run would undo the move -- no
+    # button, while the typed fix (above the failing line) is still right
+    d2 = failing(ip, "x = torch.randn(4, 3)\ny = model(x)")
+    assert d2.action is None and d2.safe
+    assert d2.fix == f'x = x.to("{dev}")'
