@@ -25,7 +25,7 @@ NO_TORCH = textwrap.dedent(
     import sys, time
     from types import SimpleNamespace
     from IPython.testing.globalipapp import start_ipython
-    from torchdevice_magic.shell.session import load
+    from torchdevice_magic.shell import load
     ip = start_ipython()
     session = load(ip)
     result = SimpleNamespace(info=SimpleNamespace(raw_cell="a = 1"), error_in_exec=None)
@@ -52,13 +52,13 @@ def hook_with_torch(rounds: int = 31) -> tuple[tuple, tuple]:
     sys.path.insert(0, str(HERE))
     from _namespace import build_namespace, floor_scan, median_ratio
 
-    from torchdevice_magic.shell.session import load
+    from torchdevice_magic.shell import load
 
     ip = start_ipython()
     session = load(ip)
     namespace = build_namespace()
     ip.user_ns.update(namespace)
-    session.full_scan()
+    session.app.full_scan()
     ip.user_ns["log"] = lambda: None
     replacements = [[torch.randn(64, 64) for _ in range(10)] for _ in range(2)]
     turn = [0]

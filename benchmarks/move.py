@@ -1,6 +1,6 @@
 """How much does ``move()`` cost over a bare ``.to()`` loop, and how fast does it fill a GPU?
 
-    .venv/bin/python benchmarks/move.py [--repeats 15] [--tensors 10000]
+    .venv/bin/python benchmarks/move.py [--repeats 15] [--tensors 10000] [--check]
 
 1. ``meta``: 10,000 small tensors (64x64 float32) through ``move(ns, "meta")`` against
    ``{k: v.to("meta") for k, v in ns.items()}``, alternating in the same run; medians.
@@ -12,6 +12,10 @@
    reaches >= 80% of the pinned copy's bandwidth. A 256 MiB model there and back through
    ``move()`` against ``module.to``. The memory pre-check's prediction against the bytes
    ``torch.cuda.memory_allocated`` says the move allocated (target: within 2%).
+
+``--check`` (what ``./dev gpu-check`` runs) asserts the two GPU targets and exits non-zero on a
+miss, or when there is no CUDA device to check them on. The meta ratio is printed, not
+asserted: on a shared machine it varies by more than its margin.
 """
 
 from __future__ import annotations
@@ -77,13 +81,18 @@ def bench_meta(n: int, repeats: int) -> None:
     print(f"meta_move_per_tensor_us: {m * 1000 / n:.2f}  (plain loop {p * 1000 / n:.2f})")
 
 
-def bench_cuda(n: int, repeats: int) -> None:
+#: the GPU targets ``--check`` asserts
+MIN_PINNED_COPY_SHARE = 0.80  # move()'s bandwidth / one pinned copy_'s
+MAX_PREDICTION_ERROR = 0.02  # |predicted / allocated - 1|
+
+
+def bench_cuda(n: int, repeats: int) -> dict[str, float] | None:
     """cpu -> cuda, 1 GiB in ``n`` tensors: move() (staged through pinned memory, one
     synchronisation) against one pinned ``copy_`` of the same bytes and a naive per-tensor
     ``.to()`` loop; and the memory pre-check's prediction against what the move allocated."""
     if not torch.cuda.is_available():
         print("cuda: no CUDA device (skipped)")
-        return
+        return None
     total_bytes = 1 << 30
     per = total_bytes // (4 * n)
     sources = {f"t{i}": torch.randn(per) for i in range(n)}
@@ -169,16 +178,44 @@ def bench_cuda(n: int, repeats: int) -> None:
         f"memory_prediction_ratio: {predicted / max(allocated, 1):.4f}  (pre-check predicted "
         f"{predicted} B, move allocated {allocated} B; target within 2%)"
     )
+    return {
+        "move_vs_pinned_copy_ratio": gbps["move"] / gbps["pinned"],
+        "memory_prediction_ratio": predicted / max(allocated, 1),
+    }
+
+
+def misses(figures: dict[str, float] | None) -> list[str]:
+    """The GPU targets this run missed, in words (all of them when there was no GPU)."""
+    if figures is None:
+        return ["no CUDA device: the GPU targets could not be checked"]
+    found = []
+    share = figures["move_vs_pinned_copy_ratio"]
+    if share < MIN_PINNED_COPY_SHARE:
+        found.append(f"move() reached {share:.2f} of a pinned copy's bandwidth (target >= 0.80)")
+    prediction = figures["memory_prediction_ratio"]
+    if abs(prediction - 1) > MAX_PREDICTION_ERROR:
+        found.append(f"the memory prediction was off by {prediction - 1:+.2%} (target within 2%)")
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--tensors", type=int, default=10_000)
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when a GPU target is missed (or no GPU)"
+    )
     args = parser.parse_args()
     print(f"torch {torch.__version__}, python {sys.version.split()[0]}")
     bench_meta(args.tensors, args.repeats)
-    bench_cuda(args.tensors, max(3, args.repeats // 3))
+    figures = bench_cuda(args.tensors, max(3, args.repeats // 3))
+    if args.check:
+        missed = misses(figures)
+        for miss in missed:
+            print(f"MISSED: {miss}")
+        if missed:
+            sys.exit(1)
+        print("GPU targets met: move >= 0.80 of a pinned copy, prediction within 2%")
 
 
 if __name__ == "__main__":

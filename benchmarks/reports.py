@@ -209,7 +209,7 @@ class Runner:
         shell.user_ns["Out"].clear()
         shell.run_line_magic("load_ext", "torchdevice_magic")
         shell.user_ns["DEV"] = self.device
-        from torchdevice_magic.shell.session import get_session
+        from torchdevice_magic.shell import get_session
 
         return get_session(shell)
 
@@ -291,7 +291,7 @@ class Runner:
         if failing < 0:
             outcome.said = "the cells raised no error"
             return
-        diagnosis = session.diagnose(error, case.cells[failing])
+        diagnosis = session.app.diagnose(error, case.cells[failing])
         outcome.detected = diagnosis is not None and bool(shown)
         if diagnosis is None:
             outcome.said = f"no diagnosis of {type(error).__name__}: {str(error)[:120]}"
@@ -332,14 +332,16 @@ class Runner:
         index, error, _, _ = self.run_until_error(case.cells)
         if index != failing:
             return "the cells failed elsewhere on a second run"
-        diagnosis = session.diagnose(error, case.cells[failing])
+        diagnosis = session.app.diagnose(error, case.cells[failing])
         if diagnosis is None or diagnosis.action is None:
             return "not offered"
         from torchdevice_magic.shell.fixbutton import fix_button
 
-        box = fix_button(session, diagnosis.action, None)
+        box = fix_button(session.app, diagnosis.action, None, session.request_rerun)
         if box is None:
-            return f"refused: {session.can_move(diagnosis.action.device, diagnosis.action.names)}"
+            return (
+                f"refused: {session.app.can_move(diagnosis.action.device, diagnosis.action.names)}"
+            )
         button, status = box.children
         button.click()
         if button.description != "Undo the move" and not button.disabled:

@@ -9,8 +9,8 @@ Cells:
           backward, SGD step, loss.item() -- modules tracked, backward ops dispatched too
 
 Untraced and traced runs are interleaved round by round in one process. Two clocks: wall time
-(perf_counter) and the thread's CPU time (thread_time), which the other tenants of a shared
-machine disturb much less (they take wall time, not our CPU time). Each line prints:
+(perf_counter) and the process's CPU time (process_time, all threads), which the other tenants
+of a shared machine disturb much less (they take wall time, not our CPU time). Each line prints:
 
   min      min traced / min untraced, on wall time: the quiet-run figure (the fastest round of
            each is the one nothing else interrupted); the target applies to it
@@ -26,6 +26,7 @@ from __future__ import annotations
 import gc
 import os
 import platform
+import sys
 import time
 
 import torch
@@ -71,11 +72,11 @@ def ratios(function, baseline, rounds: int) -> dict[str, float]:
     gc.disable()
     try:
         for _ in range(rounds):
-            w0, c0 = time.perf_counter(), time.thread_time()
+            w0, c0 = time.perf_counter(), time.process_time()
             baseline()
-            w1, c1 = time.perf_counter(), time.thread_time()
+            w1, c1 = time.perf_counter(), time.process_time()
             function()
-            w2, c2 = time.perf_counter(), time.thread_time()
+            w2, c2 = time.perf_counter(), time.process_time()
             wall[0].append(w1 - w0)
             wall[1].append(w2 - w1)
             cpu[0].append(c1 - c0)
@@ -106,21 +107,26 @@ def measure(name: str, cell: str, namespace: dict, target: float | None, rounds:
     return r["min"]
 
 
-def main() -> None:
+def main(only: list[str]) -> None:
+    """Every cell, or only those named (``python benchmarks/trace.py small_ops``)."""
     torch.manual_seed(0)
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cpus, torch {torch.__version__}, "
         f"{torch.get_num_threads()} torch threads"
     )
     print(f"load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
-    measure("small_ops", SMALL, {"x": torch.randn(64)}, 5, rounds=101)
-    measure(
-        "matmul",
-        MATMUL,
-        {"a": torch.randn(512, 512), "b": torch.randn(512, 512)},
-        1.2,
-        rounds=21,
-    )
+    if not only or "small_ops" in only:
+        measure("small_ops", SMALL, {"x": torch.randn(64)}, 5, rounds=101)
+    if not only or "matmul" in only:
+        measure(
+            "matmul",
+            MATMUL,
+            {"a": torch.randn(512, 512), "b": torch.randn(512, 512)},
+            1.2,
+            rounds=21,
+        )
+    if only and "training" not in only:
+        return
     layers = [m for _ in range(6) for m in (torch.nn.Linear(64, 64), torch.nn.ReLU())]
     model = torch.nn.Sequential(*layers)
     namespace = {
@@ -133,4 +139,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -62,6 +62,8 @@ class Kernel:
     manager: KernelManager = field(init=False)
     client: Any = field(init=False)
     comm_id: str | None = None
+    #: what the kernel's cells printed (stdout and stderr), in order
+    printed: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.manager = KernelManager(kernel_name="python3")
@@ -96,6 +98,8 @@ class Kernel:
                 sent += _wire_size(data)
                 if not seen and data.get("type") == "view":
                     seen = time.perf_counter()
+            elif kind == "stream":
+                self.printed.append(content["text"])
             elif kind == "error":
                 raise RuntimeError("\n".join(content.get("traceback", [])))
             elif kind == "status" and content["execution_state"] == "idle":

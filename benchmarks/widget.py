@@ -27,13 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _namespace import floor_scan, median_seconds  # noqa: E402
 from IPython.testing import globalipapp  # noqa: E402
 
-from torchdevice_magic.shell.session import load  # noqa: E402
+from torchdevice_magic.shell import load  # noqa: E402
 from torchdevice_magic.shell.widget import DeviceTable  # noqa: E402
 
 
 def models_per_table(session: object) -> int:
     before = len(widget_module._instances)
-    table = DeviceTable(session)
+    table = DeviceTable(session.app)
     made = len(widget_module._instances) - before
     table.close()
     return made
@@ -49,25 +49,25 @@ def main(repeats: int = 21) -> None:
 
     objects = {f"t{i:05d}": torch.ones(i % 97 + 1) for i in range(10_000)}
     shell.user_ns.update(objects)
-    session.full_scan()
+    session.app.full_scan()
     floor = median_seconds(lambda: floor_scan(shell.user_ns), repeats)
-    build = median_seconds(lambda: DeviceTable(session).close(), repeats)
+    build = median_seconds(lambda: DeviceTable(session.app).close(), repeats)
     big_models = models_per_table(session)
 
-    table = DeviceTable(session, live=True)  # a live table follows cells
+    table = DeviceTable(session.app, live=True)  # a live table follows cells
     replacements = [torch.ones(3), torch.ones(4)]
     state = {"i": 0}
 
     def cell_refresh() -> None:
         state["i"] ^= 1
         shell.user_ns["t00000"] = replacements[state["i"]]
-        session.rescan(["t00000"])  # what the hook does anyway, with or without a table
+        session.app.rescan(["t00000"])  # what the hook does anyway, with or without a table
         table.refresh(session)
 
     def rescan_only() -> None:
         state["i"] ^= 1
         shell.user_ns["t00000"] = replacements[state["i"]]
-        session.rescan(["t00000"])
+        session.app.rescan(["t00000"])
 
     with_table = median_seconds(cell_refresh, repeats)
     without = median_seconds(rescan_only, repeats)

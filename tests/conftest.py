@@ -169,7 +169,7 @@ def _extension_config_back_to_defaults():
         return
     shell = InteractiveShell.instance()
     shell.config.pop("TorchDeviceMagic", None)
-    from torchdevice_magic.shell.session import get_session
+    from torchdevice_magic.shell import get_session
 
     session = get_session(shell)
     if session is not None:

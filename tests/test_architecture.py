@@ -27,6 +27,7 @@ PAGE = ROOT / "docs" / "architecture.md"
 PURE_CORE = {
     "objects", "records", "scan", "moves", "diagnose", "devices", "names", "units", "trace",
     "memory", "viewmodel", "protocol", "render",
+    "app",  # the controller: above the core, below the IPython layer, free of both
 }  # fmt: skip
 #: thin layers over the core that may import IPython / ipywidgets / traitlets / comm
 IPYTHON_LAYER = {"shell"}
@@ -188,3 +189,58 @@ def test_pure_core_stays_free_of_the_ipython_layer_once_torch_is_imported() -> N
     pulled = _imports_in_a_fresh_interpreter(True, SHELL_MODULES)
     bad = {name: mods for name, mods in pulled.items() if mods}
     assert not bad, f"these pulled in the IPython layer: {bad}"
+
+
+# --------------------------------------------------------------------------------------------
+# The shape of the import graph between the package's rooms (its top-level modules and
+# subpackages): one way, shallow. import-linter (`lint-imports` in ./dev test) holds the layers;
+# this says how deep they may grow.
+
+MAX_ROOM_LEVELS = 10
+
+
+def _room_imports() -> dict[str, set[str]]:
+    grimp = pytest.importorskip("grimp")  # import-linter's graph builder (the test extra)
+    graph = grimp.build_graph("torchdevice_magic", exclude_type_checking_imports=True)
+
+    def room(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    rooms: dict[str, set[str]] = {}
+    for module in graph.modules:
+        if module == "torchdevice_magic":
+            continue  # the package face imports whatever it offers
+        targets = rooms.setdefault(room(module), set())
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported != "torchdevice_magic" and room(imported) != room(module):
+                targets.add(room(imported))
+    return rooms
+
+
+def _levels(rooms: dict[str, set[str]]) -> dict[str, int]:
+    levels: dict[str, int] = {}
+
+    def level(room: str, path: tuple[str, ...]) -> int:
+        assert room not in path, f"import circle between rooms: {' -> '.join((*path, room))}"
+        if room not in levels:
+            levels[room] = 1 + max((level(r, (*path, room)) for r in rooms[room]), default=0)
+        return levels[room]
+
+    for room in rooms:
+        level(room, ())
+    return levels
+
+
+def test_rooms_import_one_way_and_stay_shallow() -> None:
+    levels = _levels(_room_imports())
+    assert max(levels.values()) <= MAX_ROOM_LEVELS, sorted(levels.items(), key=lambda x: -x[1])
+    # the IPython layer sits on top, the leaves at the bottom
+    assert levels["torchdevice_magic.shell"] == max(levels.values())
+    for leaf in ("units", "records", "devices", "names"):
+        assert levels[f"torchdevice_magic.{leaf}"] == 1
+
+
+def test_the_level_count_sees_a_circle() -> None:
+    with pytest.raises(AssertionError, match="import circle"):
+        _levels({"a": {"b"}, "b": {"c"}, "c": {"a"}})
+    assert _levels({"a": {"b"}, "b": set()}) == {"a": 2, "b": 1}

@@ -10,7 +10,7 @@ import pytest
 from IPython.utils.capture import capture_output
 
 from torchdevice_magic import protocol
-from torchdevice_magic.shell.session import get_session
+from torchdevice_magic.shell import get_session
 
 SETUP = """
 import torch
@@ -134,13 +134,13 @@ def test_fix_button_moves_and_asks_the_notebook_to_rerun_the_cell(ip) -> None:
     run(ip, SETUP)
     session = get_session(ip)
     result = run(ip, "y = model(x)")
-    diagnosis = session.diagnose(result.error_in_exec, "y = model(x)")
+    diagnosis = session.app.diagnose(result.error_in_exec, "y = model(x)")
     assert diagnosis.action is not None
     assert diagnosis.action.label == "Move x to meta and re-run"
     comm = _Comm()
     session.channel._on_open(comm, {})  # a sidebar opens its comm (protocol v2)
     try:
-        box = fix_button(session, diagnosis.action, "cell-1234")
+        box = fix_button(session.app, diagnosis.action, "cell-1234", session.request_rerun)
         button, status = box.children
         assert button.description == "Move x to meta and re-run"
         button.click()
@@ -162,8 +162,8 @@ def test_without_the_labextension_the_button_says_rerun_yourself(ip) -> None:
     ip.run_line_magic("config", "TorchDeviceMagic.allow_meta_target = True")
     run(ip, SETUP)
     session = get_session(ip)
-    diagnosis = session.diagnose(run(ip, "y = model(x)").error_in_exec, "y = model(x)")
-    box = fix_button(session, diagnosis.action, "cell-1")
+    diagnosis = session.app.diagnose(run(ip, "y = model(x)").error_in_exec, "y = model(x)")
+    box = fix_button(session.app, diagnosis.action, "cell-1", session.request_rerun)
     box.children[0].click()
     assert box.children[1].value.startswith("moved: re-run the cell")
 
@@ -176,8 +176,8 @@ def test_no_button_where_the_planner_refuses(ip) -> None:
     run(ip, SETUP)
     session = get_session(ip)
     # meta is not a target unless the user allowed it: no button, nothing moved
-    assert fix_button(session, MoveAction(("x",), "meta"), "c") is None
-    assert fix_button(session, MoveAction(("nope",), "cpu"), "c") is None
+    assert fix_button(session.app, MoveAction(("x",), "meta"), "c", session.request_rerun) is None
+    assert fix_button(session.app, MoveAction(("nope",), "cpu"), "c", session.request_rerun) is None
     assert ip.user_ns["x"].device.type == "cpu"
 
 
@@ -208,19 +208,19 @@ def test_a_button_move_the_rerun_disproves_is_undone_and_the_diagnosis_says_so(
     )
     session = get_session(ip)
     # a move that cannot fix the cell (the wrong tensor), as a stale or wrong fix would be
-    box = fix_button(session, MoveAction(("unrelated",), dev), "cell-7")
+    box = fix_button(session.app, MoveAction(("unrelated",), dev), "cell-7", session.request_rerun)
     assert box is not None
     button, status = box.children
     button.click()
     assert ip.user_ns["unrelated"].device.type == dev.split(":")[0]
-    assert isinstance(session.pending_fix.action, MoveAction)
+    assert isinstance(session.app.pending_fix.action, MoveAction)
     events.clear()
     # the cell runs again (a terminal's run has no cell id: any trial is this cell's)
     with capture_output():
         ip.run_cell("y = model(x)")
     # the move was undone and the new diagnosis says what was tried
     assert ip.user_ns["unrelated"].device.type == "cpu"
-    assert session.pending_fix is None
+    assert session.app.pending_fix is None
     shown = "\n".join(text for kind, text in events if kind == "display")
     assert (
         f"Tried: moved unrelated to {dev} and ran the cell again: it failed with a device " in shown

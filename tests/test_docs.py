@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from torchdevice_magic.shell.config import TorchDeviceMagic
 from torchdevice_magic.shell.magics import DeviceMagics
-from torchdevice_magic.shell.session import TorchDeviceMagic
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md"] + sorted(

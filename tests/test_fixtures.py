@@ -100,6 +100,32 @@ def delta_sequence():
 
 GENERATED = ["view_basic", "view_mixed", "view_empty"]
 
+#: Bytes held after each cell of the timeline fixture: sizes where two formatters part ways
+#: (1,280 B is 1.25 KiB: Python's format_bytes writes 1.2, JavaScript's toFixed(1) 1.3) among
+#: plain ones. The sidebar's jest test draws the fixture and must show the kernel's text.
+TIMELINE_BYTES = (0, 512, 1023, 1024, 1280, 5376, 2560, 1_310_720, 1_572_864, 5 * 1024**3 + 1)
+
+
+def timeline_message():
+    from torchdevice_magic.memory import CellMemory
+
+    rows, held = [], 0
+    for cell, nbytes in enumerate(TIMELINE_BYTES, start=1):
+        change = nbytes - held
+        row = CellMemory(
+            cell=cell,
+            device="cpu",
+            bytes=nbytes,
+            delta=change,
+            peak=nbytes + 256 if cell % 3 == 0 else None,
+            changes=((f"x{cell}", change),) if change else (),
+            note="del x freed nothing" if change < 0 else "",
+            outside=nbytes // 5 if cell % 2 == 0 else 0,
+        )
+        rows.append(row.to_dict())
+        held = nbytes
+    return protocol.timeline(rows, seq=5)
+
 
 @pytest.mark.parametrize("name", GENERATED)
 def test_committed_fixture_is_what_the_kernel_produces(name, monkeypatch):
@@ -133,6 +159,18 @@ def test_delta_fixture_is_what_the_kernel_produces():
     if os.environ.get("UPDATE_FIXTURES") == "1":
         path.write_text(json.dumps(sequence, indent=2) + "\n")
     assert json.loads(path.read_text()) == sequence
+
+
+def test_timeline_fixture_is_what_the_kernel_produces():
+    message = json.loads(json.dumps(timeline_message()))
+    protocol.check_timeline(message)
+    path = FIXTURES / "timeline.json"
+    if os.environ.get("UPDATE_FIXTURES") == "1":
+        path.write_text(json.dumps(message, indent=2) + "\n")
+    assert json.loads(path.read_text()) == message
+    # the size where JavaScript's rounding differs is in it, as format_bytes writes it
+    by_cell = {row["cell"]: row for row in message["rows"]}
+    assert by_cell[TIMELINE_BYTES.index(1280) + 1]["tooltip"].startswith("cell 5, cpu: 1.2 KiB ")
 
 
 def test_every_fixture_matches_the_schema():

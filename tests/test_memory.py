@@ -284,7 +284,6 @@ def test_device_filter_and_the_totals_outside_named_variables():
     assert [h.device for h in holders(namespace, "cpu")] == ["cpu"]
     assert holders(namespace, "cuda") == [] and holders(namespace, "cuda:0") == []
     assert held_outside(holders(namespace)) == {"cpu": 40}
-    assert not torch.cuda.is_initialized()
 
 
 def test_hostile_objects_are_skipped():
@@ -422,9 +421,9 @@ def run(shell, cell):
 
 
 def timeline_of(shell):
-    from torchdevice_magic.shell.session import get_session
+    from torchdevice_magic.shell import get_session
 
-    return get_session(shell).timeline
+    return get_session(shell).app.timeline
 
 
 def test_per_cell_deltas_are_exactly_the_bytes_each_cell_created(ip):
@@ -595,17 +594,51 @@ def test_real_cuda_oom_explained_with_allocator_figures_and_the_cell_peak(ip):
     assert "Reserved by PyTorch but unallocated" in shown
 
 
+@pytest.mark.cuda
+def test_each_cells_peak_is_its_own_on_cuda(ip):
+    """The peak counter is reset before every cell: a cell that allocates 8 MiB after one that
+    allocated 256 MiB shows its own peak, not the earlier cell's (without the reset it would
+    show at least 260 MiB)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    mib = 2**20
+    run(ip, "import torch\nx = torch.ones(1024, 1024, device='cuda')")  # 4 MiB kept
+    run(ip, "big = torch.empty(256 * 2**20, dtype=torch.uint8, device='cuda')\ndel big")
+    run(ip, "y = torch.ones(2048, 1024, device='cuda')\ndel y")  # 8 MiB, nothing kept
+    rows = [r for r in timeline_of(ip).rows if r.device == "cuda:0"]
+    assert rows[-2].peak >= 260 * mib
+    assert 12 * mib <= rows[-1].peak < 256 * mib
+
+
+def test_every_cell_resets_the_peak_counter_of_each_initialised_device(ip, monkeypatch):
+    """The reset's logic without a GPU: the accelerator is said to be initialised with two
+    devices, and torch.accelerator's reset is recorded. Before each cell, each device's peak
+    counter is reset once."""
+    from torchdevice_magic import devices
+
+    resets = []
+    monkeypatch.setattr(devices, "accelerator_type", lambda: "cuda")
+    monkeypatch.setattr(devices, "device_count", lambda kind=None: 2)
+    monkeypatch.setattr(devices, "is_initialized", lambda kind: True)
+    monkeypatch.setattr(
+        torch.accelerator, "reset_peak_memory_stats", lambda device=None: resets.append(device)
+    )
+    run(ip, "a = 1")
+    run(ip, "b = 2")
+    assert resets == [0, 1, 0, 1]
+
+
 # -- the sidebar's timeline message ------------------------------------------------------------
 
 
 def test_timeline_message_is_schema_checked_and_follows_the_snapshot(ip):
     from torchdevice_magic import protocol
-    from torchdevice_magic.shell.session import get_session
+    from torchdevice_magic.shell import get_session
 
     run(ip, "import torch\nlosses = []")
     run(ip, "losses.append(torch.ones(3, requires_grad=True).exp().sum())")
     session = get_session(ip)
-    message = session.timeline_message()
+    message = session.app.timeline_message()
     protocol.check_timeline(message)
     last = message["rows"][-1]
     # the loss (4 B), exp's saved result (12 B) and the leaf its AccumulateGrad node keeps (12 B)
@@ -613,7 +646,7 @@ def test_timeline_message_is_schema_checked_and_follows_the_snapshot(ip):
     assert last["changes"][0][0] == "losses: 1 autograd graph"
     # what the graph keeps is said apart, so the chart agrees with the device table's total
     assert last["outside"] == 12 + 12
-    shown = {bar.device: bar.bytes for bar in session.header().bars}
+    shown = {bar.device: bar.bytes for bar in session.app.header().bars}
     assert last["bytes"] - last["outside"] == shown["cpu"]
 
     sent = []
@@ -716,9 +749,12 @@ def test_the_timeline_s_incremental_union_equals_a_fresh_count_after_every_kind_
         }, index
 
 
-def test_a_device_error_s_frames_are_a_holder_though_sys_last_value_is_not_set(ip):
-    """The diagnosis shows a short traceback without touching sys.last_value; the failed
-    function's batch is still held (by IPython's last execution result) and is listed."""
+def test_a_diagnosed_device_error_is_kept_where_debug_and_holders_find_it(ip):
+    """The diagnosis shows a short traceback and keeps the error where IPython's own
+    traceback would (sys.last_value, for %debug); the failed function's batch is listed by
+    the magic and the API alike, and released."""
+    import torchdevice_magic as tdm
+
     saved = (
         (sys.last_type, sys.last_value, sys.last_traceback) if hasattr(sys, "last_value") else None
     )
@@ -737,11 +773,12 @@ def test_a_device_error_s_frames_are_a_holder_though_sys_last_value_is_not_set(i
         result, _, shown = run(ip, "train()")
         assert "is not on the expected device" in str(result.error_in_exec)
         assert "Device mismatch" in shown  # the device diagnosis was shown
-        assert sys.last_value is None  # the short-traceback path leaves it alone
-        # IPython keeps the failed cell's result (and so its frames) until the next cell ends
+        assert sys.last_value is result.error_in_exec  # where %debug and %tb look
+        api = [(h.where, h.bytes) for h in tdm.holders(ip.user_ns)]
         _, printed, _ = run(
             ip, "found = %devices --holders -o\nprint(found)\nprint('freed', found[0].release())"
         )
+        assert api == [("last error (RuntimeError): train() local 'batch'", 65536)]
         assert "[0] last error (RuntimeError): train() local 'batch': 64.0 KiB on cpu" in printed
         assert "freed 65536" in printed
         assert ip.user_ns["refs"][0]() is None
@@ -751,10 +788,9 @@ def test_a_device_error_s_frames_are_a_holder_though_sys_last_value_is_not_set(i
 
 
 def test_a_device_error_traceback_kept_for_debug_is_a_holder_after_later_cells(ip):
-    """IPython keeps the last traceback for %debug (InteractiveTB.tb) after the cell is over;
-    a device error shown with the short traceback leaves sys.last_value alone, so holders
-    must still find the failed function's batch there, cells later, and release must free it."""
-    from torchdevice_magic.shell.session import get_session
+    """IPython keeps the last traceback for %debug after the cell is over; holders must still
+    find the failed function's batch there, cells later, and release must free it."""
+    from torchdevice_magic.shell import get_session
 
     run(ip, "import torch, weakref\nmodel = torch.nn.Linear(64, 8).to('meta')\nrefs = []")
     run(
@@ -768,8 +804,8 @@ def test_a_device_error_traceback_kept_for_debug_is_a_holder_after_later_cells(i
     run(ip, "y = 2")
     assert ip.user_ns["refs"][0]() is not None  # IPython still keeps the frames
     session = get_session(ip)
-    holder = next(h for h in session.holders() if h.kind == "traceback")
+    holder = next(h for h in session.app.holders() if h.kind == "traceback")
     assert "train() local 'batch'" in holder.where and holder.bytes >= 512 * 64 * F32
     assert holder.release() >= holder.bytes
     assert ip.user_ns["refs"][0]() is None  # the batch is freed
-    assert all(h.kind != "traceback" for h in session.holders())
+    assert all(h.kind != "traceback" for h in session.app.holders())

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .scan import register_drawing
-from .viewmodel import MAX_LIMIT, SORTS, WindowSpec
+from .viewmodel import MAX_LIMIT, SORTS, WindowSpec, timeline_texts
 
 PROTOCOL_NAME = "torchdevice_magic"
 PROTOCOL_VERSION = 2
@@ -108,6 +108,9 @@ STRUCTS: dict[str, dict[str, str]] = {
         "changes": "list[any]",  # [name, bytes] pairs: check_timeline checks them
         "note": "str",
         "outside": "int",  # of bytes, held outside the named variables (holders)
+        # the words the sidebar draws (viewmodel.timeline), every size as units.format_bytes
+        "label": "str",  # over the device's chart: held, of it outside, the last change
+        "tooltip": "str",  # one point's: the cell, its change, the peak, what grew, the note
     },
     "Outcome": {
         "action": "str",
@@ -338,16 +341,21 @@ def rerun(cell_id: str) -> dict[str, Any]:
 
 #: Most timeline rows sent at once (the chart shows the recent cells).
 TIMELINE_ROWS = 200
-_TIMELINE_ROW_FIELDS = tuple(STRUCTS["TimelineRow"])
+_TIMELINE_TEXTS = ("label", "tooltip")
+_TIMELINE_FACTS = tuple(f for f in STRUCTS["TimelineRow"] if f not in _TIMELINE_TEXTS)
 
 
 def timeline(rows: list[dict[str, Any]], *, seq: int = 0) -> dict[str, Any]:
     """The ``timeline`` message from :meth:`memory.Timeline.to_json` rows (the last
-    ``TIMELINE_ROWS``), checked against the schema before it is sent."""
+    ``TIMELINE_ROWS``) with their words (:func:`viewmodel.timeline_texts`), checked against the
+    schema before it is sent."""
     message = envelope(
         "timeline",
         seq=seq,
-        rows=[{key: row[key] for key in _TIMELINE_ROW_FIELDS} for row in rows[-TIMELINE_ROWS:]],
+        rows=[
+            {**{key: row[key] for key in _TIMELINE_FACTS}, **timeline_texts(row)}
+            for row in rows[-TIMELINE_ROWS:]
+        ],
     )
     check_timeline(message)
     return message

@@ -1,5 +1,5 @@
-"""Small helpers every part shares: human-readable sizes (the sidebar's TypeScript
-``formatBytes`` follows the same rules), the order devices are listed in, and a pause of the
+"""Small helpers every part shares: human-readable sizes (the one byte format: the sidebar
+shows the text the view model writes with it), the order devices are listed in, and a pause of the
 cyclic garbage collector for steps that build one object per row of a whole namespace."""
 
 from __future__ import annotations

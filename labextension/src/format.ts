@@ -1,28 +1,7 @@
 /**
- * Formatting shared by the panel. Sizes follow `torchdevice_magic/units.py`
- * (`format_bytes`) so the sidebar and the notebook say the same thing:
- * "0 B", "512 B", "16.0 KiB", "1.5 MiB", "80.0 GiB".
+ * Text for the status line. Sizes are never formatted here: every size the
+ * sidebar shows is text the kernel's view model wrote (units.py's format_bytes).
  */
-
-const UNITS = ['KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
-
-export function formatBytes(bytes: number): string {
-  let size = Number.isFinite(bytes) ? bytes : 0;
-  if (Math.abs(size) < 1024) {
-    return `${Math.trunc(size)} B`;
-  }
-  for (const unit of UNITS) {
-    size /= 1024;
-    if (Math.abs(size) < 1024 || unit === UNITS[UNITS.length - 1]) {
-      return `${size.toFixed(1)} ${unit}`;
-    }
-  }
-  return `${size.toFixed(1)} PiB`;
-}
-
-export function formatShape(shape: number[] | null): string {
-  return shape === null ? '—' : `[${shape.join(', ')}]`;
-}
 
 // eslint-disable-next-line no-control-regex
 const ANSI = /\u001b\[[0-9;]*[A-Za-z]/g;

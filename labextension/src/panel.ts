@@ -9,44 +9,26 @@
  *
  * The skeleton (header, notice, toolbar, search box, table, pager, status
  * line) is built once; a view only refills the parts that change, so the
- * search box keeps focus while deltas arrive.
+ * search box keeps focus while deltas arrive. The table of rows is table.ts,
+ * the banner and the per-device bars totals.ts. It sees the kernel through
+ * IDeviceSource (tokens.ts) only.
  */
 
 import { Widget } from '@lumino/widgets';
 
-import { ConnectionState, DeviceConnection } from './connection';
-import { IAction, IDeviceBar, IHeader, IRow, IWindowSpec } from './protocol';
+import { button, CLASS, drawAction, el } from './dom';
+import { IHeader, IWindowSpec } from './protocol';
+import { RowsTable, SortKey } from './table';
 import { TimelineChart } from './timeline';
-import { IMirror, orderedRows } from './window';
+import { drawTotals, drawWarnings } from './totals';
+import type { ConnectionState, IDeviceSource } from './tokens';
 
 export const PAGE_SIZE = 200;
 
-export type SortKey = IWindowSpec['sort'];
+export type { SortKey } from './table';
 
 /** What the panel shows besides the connection's own states. */
 export type PanelState = ConnectionState | 'no-notebook';
-
-const CLASS = 'jp-TorchDevices';
-
-interface IColumn {
-  key: string;
-  label: string;
-  sort: SortKey | null;
-  className: string;
-}
-
-// Name and size first, never cut: they are what a narrow sidebar must show.
-// The name column sticks to the left edge when the table scrolls sideways.
-const COLUMNS: IColumn[] = [
-  { key: 'name', label: 'Name', sort: 'name', className: `${CLASS}-cell-name` },
-  { key: 'size', label: 'Size', sort: 'size', className: `${CLASS}-cell-size` },
-  { key: 'grad', label: 'Grad', sort: null, className: `${CLASS}-cell-grad` },
-  { key: 'device', label: 'Device', sort: 'device', className: `${CLASS}-cell-device` },
-  { key: 'type', label: 'Type', sort: 'type', className: `${CLASS}-cell-type` },
-  { key: 'dtype', label: 'Dtype', sort: null, className: `${CLASS}-cell-dtype` },
-  { key: 'shape', label: 'Shape', sort: null, className: `${CLASS}-cell-shape` },
-  { key: 'action', label: 'Actions', sort: null, className: `${CLASS}-cell-action` }
-];
 
 /** How long typing in the search box pauses before the kernel is asked. */
 export const FILTER_DELAY_MS = 150;
@@ -67,36 +49,6 @@ const NOTICES: Record<PanelState, string> = {
 export const TORCH_NOT_IMPORTED = 'torch is not imported in this kernel yet.';
 export const BUSY_NOTICE = 'kernel busy — showing the last view';
 
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  className?: string,
-  text?: string
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  if (className) {
-    node.className = className;
-  }
-  if (text !== undefined) {
-    node.textContent = text;
-  }
-  return node;
-}
-
-function button(className: string, label: string, ariaLabel: string): HTMLButtonElement {
-  const node = el('button', `${CLASS}-button ${className}`, label);
-  node.type = 'button';
-  node.setAttribute('aria-label', ariaLabel);
-  return node;
-}
-
-/** A button as the kernel says: its label, enabled or not, and why. */
-function drawAction(node: HTMLButtonElement, action: IAction, waitReason: string): void {
-  node.textContent = action.label;
-  node.setAttribute('aria-label', action.label);
-  node.disabled = !action.enabled || waitReason !== '';
-  node.title = waitReason || action.reason;
-}
-
 export class DevicePanel extends Widget {
   constructor() {
     super();
@@ -109,8 +61,8 @@ export class DevicePanel extends Widget {
     this._render();
   }
 
-  /** The connection shown, or null when no notebook is open. */
-  get connection(): DeviceConnection | null {
+  /** The notebook's devices shown (any IDeviceSource), or null when no notebook is open. */
+  get connection(): IDeviceSource | null {
     return this._connection;
   }
 
@@ -126,7 +78,7 @@ export class DevicePanel extends Widget {
   }
 
   /** Show `connection` (one notebook's), labelled `label`; null: no notebook. */
-  setConnection(connection: DeviceConnection | null, label = ''): void {
+  setConnection(connection: IDeviceSource | null, label = ''): void {
     if (this._connection !== connection) {
       this._connection?.changed.disconnect(this._render, this);
       this._connection = connection;
@@ -181,42 +133,14 @@ export class DevicePanel extends Widget {
     this._filterInput.setAttribute('aria-label', 'Search by name, type or device');
     this._filterInput.spellcheck = false;
 
-    this._table.setAttribute('aria-label', 'Tensors, modules and optimizers');
-    const headRow = el('tr');
-    for (const column of COLUMNS) {
-      const th = el('th', column.className);
-      th.scope = 'col';
-      th.dataset.column = column.key;
-      if (column.sort) {
-        const sortButton = el('button', `${CLASS}-sort`, column.label);
-        sortButton.type = 'button';
-        sortButton.dataset.sort = column.sort;
-        sortButton.setAttribute('aria-label', `Sort by ${column.label.toLowerCase()}`);
-        sortButton.addEventListener('click', () => this._onSort(column.sort!));
-        th.append(sortButton);
-      } else if (column.key === 'action') {
-        th.append(el('span', `${CLASS}-srOnly`, column.label));
-      } else {
-        th.textContent = column.label;
-      }
-      headRow.append(th);
-    }
-    const thead = el('thead');
-    thead.append(headRow);
-    this._table.append(thead, this._tbody);
-    const tableWrap = el('div', `${CLASS}-tableWrap`);
-    tableWrap.append(this._table);
-
-    this._pagerNode.append(this._prevButton, this._pageText, this._nextButton);
-
     this._contentNode.append(
       banner,
       this._totalsNode,
       toolbar,
       this._filterInput,
-      this._summaryNode,
-      tableWrap,
-      this._pagerNode
+      this._rows.summaryNode,
+      this._rows.tableNode,
+      this._rows.pagerNode
     );
 
     this._statusNode.setAttribute('role', 'status');
@@ -252,30 +176,6 @@ export class DevicePanel extends Widget {
         this._filterTimer = null;
         this._ask({ filter: this._filterInput.value, offset: 0 });
       }, FILTER_DELAY_MS);
-    });
-    this._tbody.addEventListener('click', event => {
-      const target = event.target as HTMLElement | null;
-      const rowButton = target?.closest<HTMLButtonElement>(`button.${CLASS}-rowMove`);
-      if (!rowButton || rowButton.disabled) {
-        return;
-      }
-      const name = rowButton.dataset.name;
-      const device = rowButton.dataset.device;
-      if (name !== undefined && device !== undefined) {
-        this._connection?.move(device, [name]);
-      }
-    });
-    this._prevButton.addEventListener('click', () => {
-      const spec = this._connection?.spec;
-      if (spec) {
-        this._ask({ offset: Math.max(0, spec.offset - spec.limit) });
-      }
-    });
-    this._nextButton.addEventListener('click', () => {
-      const spec = this._connection?.spec;
-      if (spec) {
-        this._ask({ offset: spec.offset + spec.limit });
-      }
     });
   }
 
@@ -337,48 +237,13 @@ export class DevicePanel extends Widget {
 
     this._contentNode.hidden = !torchImported;
     if (torchImported) {
-      this._renderWarnings(view.header);
-      this._renderTotals(view.header);
+      drawWarnings(this._bannerNode, view.header);
+      drawTotals(this._totalsNode, view.header);
       this._renderTargets(view.header);
     }
     this._renderActions();
     this._renderRows();
     this._renderStatus();
-  }
-
-  private _renderWarnings(header: IHeader): void {
-    const warnings = header.warnings;
-    this._bannerNode.hidden = warnings.length === 0;
-    const list = el('ul', `${CLASS}-bannerList`);
-    for (const warning of warnings) {
-      list.append(el('li', `${CLASS}-warning`, warning));
-    }
-    this._bannerNode.replaceChildren(list);
-  }
-
-  private _renderTotals(header: IHeader): void {
-    const fragment = document.createDocumentFragment();
-    for (const total of header.bars as IDeviceBar[]) {
-      const row = el('div', `${CLASS}-total`);
-      row.dataset.device = total.device;
-      const head = el('div', `${CLASS}-totalHead`);
-      head.append(
-        el('span', `${CLASS}-totalDevice`, total.device),
-        el('span', `${CLASS}-totalSize`, total.text)
-      );
-      const bar = el('div', `${CLASS}-bar`);
-      bar.setAttribute('aria-hidden', 'true');
-      const fill = el('div', `${CLASS}-barFill`);
-      fill.style.width = percent(total.fraction);
-      bar.append(fill);
-      row.title = `${total.device}: ${total.text}`;
-      row.append(head, bar);
-      fragment.append(row);
-    }
-    const note = el('div', `${CLASS}-totalsNote`, header.totals_note);
-    note.hidden = header.totals_note === '';
-    fragment.append(note);
-    this._totalsNode.replaceChildren(fragment);
   }
 
   private _renderTargets(header: IHeader): void {
@@ -432,113 +297,17 @@ export class DevicePanel extends Widget {
 
   private _renderRows(): void {
     const connection = this._connection;
-    const view: IMirror | null = connection?.view ?? null;
-    if (!view || connection?.state !== 'ready' || !view.header.torch_imported) {
-      this._tbody.replaceChildren();
-      this._rowsView = null;
-      this._summaryNode.textContent = '';
-      this._pagerNode.hidden = true;
-      return;
-    }
-    const wait = this._waitReason();
-    // Rebuild the rows only when what they show changed. Replacing a button
-    // between mousedown and mouseup (a status line update, a busy flag) would
-    // swallow the click, so other changes only flip `disabled`.
-    const rows = orderedRows(view);
-    if (this._rowsView === view) {
-      for (const node of Array.from(
-        this._tbody.querySelectorAll<HTMLButtonElement>(`button.${CLASS}-rowMove`)
-      )) {
-        const row = view.rows.get(node.dataset.key ?? '');
-        if (row) {
-          drawAction(node, row.action, wait);
-        }
-      }
-    } else {
-      const existing = new Map<string, HTMLTableRowElement>();
-      for (const tr of Array.from(this._tbody.rows)) {
-        existing.set(tr.dataset.key ?? '', tr);
-      }
-      const fragment = document.createDocumentFragment();
-      for (const row of rows) {
-        // a row the delta did not touch keeps its element (and any hover or focus)
-        const old = existing.get(row.key);
-        const same = old !== undefined && this._drawn.get(row.key) === row;
-        fragment.append(same ? old : this._renderRow(row, wait));
-      }
-      this._tbody.replaceChildren(fragment);
-      this._drawn = new Map(rows.map(row => [row.key, row]));
-      this._rowsView = view;
-    }
-
-    const spec = view.spec;
-    for (const th of Array.from(this._table.tHead!.rows[0].cells)) {
-      const column = COLUMNS.find(c => c.key === th.dataset.column);
-      if (column?.sort) {
-        th.setAttribute(
-          'aria-sort',
-          column.sort === spec.sort ? (spec.reverse ? 'ascending' : 'descending') : 'none'
-        );
-      }
-    }
-
-    const start = spec.offset;
-    let summary: string;
-    if (view.matching === 0) {
-      summary = spec.filter.trim() ? 'No rows match' : 'No rows';
-    } else {
-      summary = `Rows ${start + 1}–${start + rows.length} of ${view.matching}`;
-      if (view.matching !== view.total) {
-        summary += ` (filtered from ${view.total})`;
-      }
-    }
-    this._summaryNode.textContent = summary;
-    this._pagerNode.hidden = view.matching <= spec.limit;
-    this._pageText.textContent = summary;
-    this._prevButton.disabled = start === 0;
-    this._nextButton.disabled = start + spec.limit >= view.matching;
+    const view = connection?.view ?? null;
+    const ready = connection?.state === 'ready' && view !== null && view.header.torch_imported;
+    this._rows.render(ready ? view : null, this.target, this._waitReason());
   }
 
-  private _renderRow(row: IRow, wait: string): HTMLTableRowElement {
-    const tr = el('tr', `${CLASS}-row`);
-    tr.dataset.key = row.key;
-    tr.dataset.name = row.name;
-    tr.dataset.device = row.device;
-    tr.dataset.kind = row.kind;
-    if (row.status) {
-      tr.title = row.status;
+  /** The previous (-1) or next (+1) page of the window. */
+  private _onPage(step: -1 | 1): void {
+    const spec = this._connection?.spec;
+    if (spec) {
+      this._ask({ offset: Math.max(0, spec.offset + step * spec.limit) });
     }
-    const name = el('td', `${CLASS}-cell-name`);
-    name.append(el('span', `${CLASS}-name`, row.name));
-    name.title = [row.name, `${row.type} (${row.kind}) on ${row.device}`, row.status]
-      .filter(Boolean)
-      .join('\n');
-    const size = el('td', `${CLASS}-cell-size`, row.size);
-    size.title = `${row.size_bytes} bytes`;
-    const grad = el('td', `${CLASS}-cell-grad`, row.grad);
-    if (row.grad) {
-      grad.title = `gradient: ${row.grad_bytes} bytes`;
-    }
-    const device = el('td', `${CLASS}-cell-device`, row.device);
-    const type = el('td', `${CLASS}-cell-type`, row.type);
-    type.title = row.kind;
-    const dtype = el('td', `${CLASS}-cell-dtype`, row.dtype || '—');
-    const shape = el('td', `${CLASS}-cell-shape`, row.shape || '—');
-    const action = el('td', `${CLASS}-cell-action`);
-    const target = this.target;
-    if (row.action.enabled && target !== null) {
-      // the kernel moves namespace names: a part (`batch[0]`) moves with its root
-      const move = button(`${CLASS}-rowMove`, row.action.label, row.action.reason);
-      move.dataset.key = row.key;
-      move.dataset.name = row.root;
-      move.dataset.device = target;
-      drawAction(move, row.action, wait);
-      action.append(move);
-    } else {
-      action.title = row.action.reason;
-    }
-    tr.append(name, size, grad, device, type, dtype, shape, action);
-    return tr;
   }
 
   private _renderStatus(): void {
@@ -559,9 +328,7 @@ export class DevicePanel extends Widget {
     this._ask({ sort: key, reverse, offset: 0 });
   }
 
-  private _connection: DeviceConnection | null = null;
-  private _rowsView: IMirror | null = null;
-  private _drawn = new Map<string, IRow>();
+  private _connection: IDeviceSource | null = null;
   private _targetsKey = '';
   private _filterTimer: ReturnType<typeof setTimeout> | null = null;
 
@@ -582,18 +349,11 @@ export class DevicePanel extends Widget {
   private _moveAllButton = button(`${CLASS}-moveAll jp-mod-accept`, 'Move all', 'Move all');
   private _undoButton = button(`${CLASS}-undo`, 'Undo', 'Undo the last move');
   private _filterInput = el('input', `${CLASS}-filter`);
-  private _summaryNode = el('div', `${CLASS}-summary`);
-  private _table = el('table', `${CLASS}-table`);
-  private _tbody = el('tbody');
-  private _pagerNode = el('div', `${CLASS}-pager`);
-  private _prevButton = button(`${CLASS}-prev`, '‹ Previous', 'Previous page of rows');
-  private _pageText = el('span', `${CLASS}-pageText`);
-  private _nextButton = button(`${CLASS}-next`, 'Next ›', 'Next page of rows');
   private _statusNode = el('div', `${CLASS}-status`);
   private _timelineChart = new TimelineChart();
-}
-
-function percent(fraction: number): string {
-  const clamped = Math.max(0, Math.min(1, Number.isFinite(fraction) ? fraction : 0));
-  return `${(clamped * 100).toFixed(1)}%`;
+  private _rows = new RowsTable({
+    sort: key => this._onSort(key),
+    move: (device, name) => this._connection?.move(device, [name]),
+    page: step => this._onPage(step)
+  });
 }

@@ -98,6 +98,8 @@ export interface ITimelineRow {
   changes: unknown[];
   note: string;
   outside: number;
+  label: string;
+  tooltip: string;
 }
 
 export interface IOutcome {
@@ -269,7 +271,9 @@ export const SCHEMA = {
       "peak": "int?",
       "changes": "list[any]",
       "note": "str",
-      "outside": "int"
+      "outside": "int",
+      "label": "str",
+      "tooltip": "str"
     },
     "Outcome": {
       "action": "str",

@@ -2,13 +2,14 @@
  * The memory chart: bytes held per device over the last cells, from the
  * kernel's `timeline` message (torchdevice_magic.memory / protocol.py). One
  * line per device; each point's tooltip says that cell's change and what grew
- * or shrank, by name. It draws what the kernel sent and decides nothing.
+ * or shrank, by name. It draws what the kernel sent and decides nothing: the
+ * label and the tooltips are the kernel's words (viewmodel/timeline.py), every
+ * size written by units.py's format_bytes; nothing here formats a number.
  *
  * Self-contained on purpose (its own message check, its own DOM): the panel
  * only appends `node` and calls `render`.
  */
 
-import { formatBytes } from './format';
 import * as protocol from './protocol';
 
 /** The generated row (protocol.py), with its `changes` checked into pairs. */
@@ -58,8 +59,10 @@ export function timelineProblem(data: unknown): string | null {
         return `timeline row: '${key}' must be an integer`;
       }
     }
-    if (typeof r.device !== 'string' || typeof r.note !== 'string') {
-      return "timeline row: 'device' and 'note' must be strings";
+    for (const key of ['device', 'note', 'label', 'tooltip']) {
+      if (typeof r[key] !== 'string') {
+        return `timeline row: '${key}' must be a string`;
+      }
     }
     if (r.peak !== null && !isInt(r.peak)) {
       return "timeline row: 'peak' must be an integer or null";
@@ -74,36 +77,6 @@ export function timelineProblem(data: unknown): string | null {
     }
   }
   return null;
-}
-
-function signed(bytes: number): string {
-  return (bytes >= 0 ? '+' : '-') + formatBytes(Math.abs(bytes));
-}
-
-/**
- * The chart's label: what the device holds after the last cell and, apart, what
- * of it holders outside the named variables keep, so that it agrees with the
- * device table's total (the variables only) shown above it.
- */
-export function heldText(row: ITimelineRow): string {
-  const outside =
-    row.outside > 0 ? `, ${formatBytes(row.outside)} of it outside your variables` : '';
-  return `${row.device}: ${formatBytes(row.bytes)} held${outside} (${signed(row.delta)} last cell)`;
-}
-
-/** The tooltip of one point: the cell, the device, its change, what grew. */
-export function pointTitle(row: ITimelineRow): string {
-  let text = `cell ${row.cell}, ${row.device}: ${formatBytes(row.bytes)} (${signed(row.delta)})`;
-  if (row.peak !== null) {
-    text += `, peak ${formatBytes(row.peak)}`;
-  }
-  if (row.changes.length) {
-    text += '\n' + row.changes.map(([name, bytes]) => `${name} ${signed(bytes)}`).join('\n');
-  }
-  if (row.note) {
-    text += '\n' + row.note;
-  }
-  return text;
 }
 
 function svgNode<K extends keyof SVGElementTagNameMap>(
@@ -142,7 +115,7 @@ export function buildCharts(rows: ITimelineRow[], width = 240, height = 48): HTM
     const label = document.createElement('div');
     label.className = `${CLASS}-label`;
     const last = shown[shown.length - 1];
-    label.textContent = heldText(last);
+    label.textContent = last.label;
     // as wide as the sidebar lets it be (the viewBox scales; nothing runs off the edge)
     const svg = svgNode('svg', {
       width: '100%',
@@ -168,7 +141,7 @@ export function buildCharts(rows: ITimelineRow[], width = 240, height = 48): HTM
         'data-cell': row.cell
       });
       const title = svgNode('title', {});
-      title.textContent = pointTitle(row);
+      title.textContent = row.tooltip;
       point.append(title);
       svg.append(point);
     });

@@ -104,9 +104,11 @@ class LabServer:
             JUPYTER_CONFIG_DIR=str(dirs["config"]),
             JUPYTER_DATA_DIR=str(dirs["data"]),
             JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
+            # a JUPYTER_PATH given to the run comes first, so a build of the sidebar placed
+            # there (a worktree's) is the one JupyterLab loads, not the venv's
             JUPYTER_PATH=os.pathsep.join(
                 p
-                for p in [str(Path(sys.prefix) / "share" / "jupyter"), env.get("JUPYTER_PATH", "")]
+                for p in [env.get("JUPYTER_PATH", ""), str(Path(sys.prefix) / "share" / "jupyter")]
                 if p
             ),
             IPYTHONDIR=str(dirs["ipython"]),

@@ -49,15 +49,8 @@ def row(name: str) -> str:
     return f'tr.jp-TorchDevices-row[data-name="{name}"]'
 
 
-def format_bytes(n: float) -> str:
-    """The panel's formatBytes (labextension/src/format.ts), to state expectations from bytes."""
-    if abs(n) < 1024:
-        return f"{int(n)} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
-        n /= 1024
-        if abs(n) < 1024 or unit == "PiB":
-            return f"{n:.1f} {unit}"
-    raise AssertionError("unreachable")
+# The sizes the panel shows are the kernel's text, written by this function.
+from torchdevice_magic.units import format_bytes  # noqa: E402
 
 
 def should_write(path: Path, env: str) -> bool:
@@ -339,6 +332,7 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+@pytest.mark.cuda
 def test_move_all_to_cuda_and_undo(lab):
     if not _has_cuda():
         pytest.skip(
@@ -454,7 +448,7 @@ def test_sidebar_columns_are_not_clipped_at_three_widths(lab):
     if page.locator('.jp-SideBar.jp-mod-left li.lm-mod-current[data-id="filebrowser"]').count():
         page.click('.jp-SideBar.jp-mod-left li[data-id="filebrowser"]')
     default = page.locator(PANEL).bounding_box()["width"]
-    for label, width in (("default", None), ("narrow", 260), ("wide", 640)):
+    for label, width in (("default", None), ("narrow", 250), ("wide", 640)):
         shown = default if width is None else set_sidebar_width(page, width)
         problems = page.evaluate(
             CLIPPED_JS,
@@ -472,6 +466,53 @@ def test_sidebar_columns_are_not_clipped_at_three_widths(lab):
             page.mouse.move(0, 0)
             page.locator(PANEL).screenshot(path=str(path))
     set_sidebar_width(page, default)
+
+
+# For every row of the sidebar's table: the device texts it shows (the Device column's cell
+# or the chip by the name, whichever is displayed), each inside the panel and not cut.
+ROW_DEVICES_JS = """
+(panelSelector) => {
+  const panel = document.querySelector(panelSelector);
+  const box = panel.getBoundingClientRect();
+  return Array.from(panel.querySelectorAll('tr.jp-TorchDevices-row')).map(tr => {
+    const shown = [];
+    for (const el of tr.querySelectorAll('td.jp-TorchDevices-cell-device, .jp-TorchDevices-deviceChip')) {
+      if (getComputedStyle(el).display === 'none' || el.getClientRects().length === 0) continue;
+      const r = el.getBoundingClientRect();
+      const inside = r.left >= box.left - 1 && r.right <= box.right + 1 && r.width > 0;
+      const cut = el.scrollWidth > el.clientWidth + 1;
+      shown.push({text: el.textContent, inside, cut, chip: el.matches('.jp-TorchDevices-deviceChip')});
+    }
+    return {name: tr.dataset.name, device: tr.dataset.device, shown};
+  });
+}
+"""
+
+
+def test_each_row_shows_its_device_at_250_px(lab):
+    page = lab.page
+    ensure_x_and_model_on_cpu(page)
+    run_cell(
+        page, "on_meta = torch.ones(6, device='meta')\nhalf = torch.nn.Linear(4, 4).to('meta')"
+    )
+    expect(page.locator(row("on_meta"))).to_have_attribute("data-device", "meta")
+    if page.locator('.jp-SideBar.jp-mod-left li.lm-mod-current[data-id="filebrowser"]').count():
+        page.click('.jp-SideBar.jp-mod-left li[data-id="filebrowser"]')
+    before = page.locator(PANEL).bounding_box()["width"]
+    try:
+        for width in (250, 340, 640):
+            shown = set_sidebar_width(page, width)
+            assert abs(shown - width) <= 12, f"asked for a {width} px sidebar, got {shown:.0f} px"
+            rows = page.evaluate(ROW_DEVICES_JS, PANEL)
+            assert {r["device"] for r in rows} >= {"cpu", "meta"}
+            for r in rows:
+                assert [s["text"] for s in r["shown"]] == [r["device"]], f"{width} px: {r}"
+                assert all(s["inside"] and not s["cut"] for s in r["shown"]), f"{width} px: {r}"
+            # 250 px (226 px inside the padding, under 300): the chip; wider: the Device column
+            chips = {s["chip"] for r in rows for s in r["shown"]}
+            assert chips == ({True} if width == 250 else {False}), f"{width} px: {chips}"
+    finally:
+        set_sidebar_width(page, before)
 
 
 def test_widget_columns_are_not_clipped_at_three_widths(lab):

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from torchdevice_magic.shell.session import get_session
+from torchdevice_magic.shell import get_session
 
 
 @pytest.fixture
@@ -21,4 +21,19 @@ def shown(ip, monkeypatch) -> list[str]:
         original(data, metadata)
 
     monkeypatch.setattr(session, "publish", publish)
+    return seen
+
+
+@pytest.fixture
+def diagnoses(ip, monkeypatch) -> list[Any]:
+    """The diagnoses the session shows after cells (the objects, in order)."""
+    seen: list[Any] = []
+    session = get_session(ip)
+    original = session.show_diagnosis_result
+
+    def show(diagnosis: Any, cell_id: str | None = None) -> None:
+        seen.append(diagnosis)
+        original(diagnosis, cell_id)
+
+    monkeypatch.setattr(session, "show_diagnosis_result", show)
     return seen

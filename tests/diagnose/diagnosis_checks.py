@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from torchdevice_magic.diagnose import Diagnosis
 from torchdevice_magic.diagnose import diagnose as _diagnose
-from torchdevice_magic.shell.session import get_session
+from torchdevice_magic.shell import get_session
 
 
 def diagnose(*args: Any, **kwargs: Any) -> Diagnosis | None:
@@ -111,7 +111,7 @@ def failing(shell: Any, cell: str) -> Any:
     """Run ``cell``; it must fail with a device error. Returns the session's diagnosis."""
     result = run(shell, cell)
     assert isinstance(result.error_in_exec, RuntimeError), result.error_in_exec
-    diagnosis = get_session(shell).diagnose(result.error_in_exec, cell)
+    diagnosis = get_session(shell).app.diagnose(result.error_in_exec, cell)
     assert diagnosis is not None
     for line in diagnosis.fix_lines:
         # every fix line is Python a user can run (in the function, for a function's line)
@@ -145,15 +145,15 @@ def press_the_button(shell: Any, diagnosis: Any) -> None:
     session = get_session(shell)
     action = diagnosis.action
     assert action is not None, diagnosis.text()
-    assert session.can_move(action.device, action.names) is None
+    assert session.app.can_move(action.device, action.names) is None
     try:
         import ipywidgets  # noqa: F401
     except ImportError:
-        assert session.move(action.device, list(action.names)).ok
+        assert session.app.move(action.device, list(action.names)).ok
         return
     from torchdevice_magic.shell.fixbutton import fix_button
 
-    box = fix_button(session, action, "cell-1")
+    box = fix_button(session.app, action, "cell-1", session.request_rerun)
     assert box is not None
     button, status = box.children
     assert button.description == action.label

@@ -71,7 +71,6 @@ def test_target_given_moves_everything_there() -> None:
     assert d2 is not None and d2.target == "cuda"
     assert d2.fix == 'model.to_empty(device="cuda"); x = x.to("cuda")'
     assert "load_state_dict" in d2.note and "to_empty" in d2.note
-    assert torch.cuda.is_initialized() is False or torch.cuda.is_available()
 
 
 def test_seed_dataloader_batches_stay_on_cpu() -> None:

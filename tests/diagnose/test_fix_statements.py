@@ -474,8 +474,8 @@ def test_anonymous_cpu_operand_is_rewritten_onto_the_accelerator(simulated_devic
 
 
 def test_a_cell_is_parsed_once_for_every_consumer() -> None:
+    from torchdevice_magic.shell.hooks import cell_names
     from torchdevice_magic.shell.magics import names_read
-    from torchdevice_magic.shell.session import cell_names
 
     class Shell:
         calls = 0

@@ -119,6 +119,15 @@ FIXTURES: list[tuple[str, str, tuple[str, ...], str | None, str | None]] = [
         "input",
         "weight",
     ),
+    # a PrivateUse1 backend renamed "simdev": TensorBase::toString() is backend + scalar + Type
+    (
+        "Input type (torch.FloatTensor) and weight type (simdevFloatType) should be the same or "
+        "input should be a MKLDNN tensor and weight is a dense tensor",
+        "conv_type",
+        ("cpu", "simdev"),
+        "input",
+        "weight",
+    ),
     (
         "Input type (torch.FloatTensor) and bias type (torch.cuda.FloatTensor) should be the "
         "same or input should be a MKLDNN tensor and bias is a dense tensor",

@@ -25,7 +25,7 @@ from diagnosis_checks import (
     setup,
 )
 
-from torchdevice_magic.shell.session import get_session
+from torchdevice_magic.shell import get_session
 
 HEAD = """
 import torch, torch.nn as nn
@@ -234,7 +234,7 @@ def test_half_loaded_checkpoint_moves_the_model_to_its_bigger_part(
     assert set(culprit(d, "model").devices) == {"cpu", dev}
     assert d.fix_lines[0].source == f'model.to("{dev}")'  # in place: the optimizer stays valid
     assert d.action is not None and d.action.names == ("model",)
-    assert get_session(ip).can_move(dev, ("model",)) is None
+    assert get_session(ip).app.can_move(dev, ("model",)) is None
     weight = ip.user_ns["model"][2].weight
     apply_cell_fixes(ip, d)
     assert_succeeds(ip, "loss = model(x).sum()")
@@ -304,10 +304,10 @@ def test_trainer_model_left_behind_is_moved_through_the_trainer(
     assert not result.success
     assert f'Fix: trainer.model.to("{dev}")   # move everything to {dev}, as asked' in shown[-1]
     error = run(ip, "loss = trainer.step(batch)").error_in_exec
-    d = get_session(ip).diagnose(error, "loss = trainer.step(batch)", target=dev)
+    d = get_session(ip).app.diagnose(error, "loss = trainer.step(batch)", target=dev)
     assert [f.source for f in d.fix_lines] == [f'trainer.model.to("{dev}")']
     assert d.action is not None and d.action.names == ("trainer",)
-    assert get_session(ip).can_move(dev, ("trainer",)) is None
+    assert get_session(ip).app.can_move(dev, ("trainer",)) is None
     weight = ip.user_ns["trainer"].model.weight
     apply_cell_fixes(ip, d)
     assert ip.user_ns["trainer"].model.weight is weight  # the optimizer's Parameter, moved

@@ -88,8 +88,7 @@ def test_plain_tensor_attribute_of_a_submodule_is_named_and_fixed(
 def test_submodule_paths_are_python_and_resolve_back() -> None:
     import torch.nn as nn
 
-    from torchdevice_magic.diagnose.collect import resolve_chain as _resolve
-    from torchdevice_magic.diagnose.collect import submodule_expression as _submodule_expr
+    from torchdevice_magic.diagnose.collect import resolve_chain, submodule_expression
 
     class Block(nn.Module):
         def __init__(self) -> None:
@@ -108,12 +107,12 @@ def test_submodule_paths_are_python_and_resolve_back() -> None:
         "0": 'net.get_submodule("0")',
     }
     for path, expected in cases.items():
-        expr = _submodule_expr("net", net, path, torch)
+        expr = submodule_expression("net", net, path, torch)
         assert expr == expected
         if "get_submodule" not in expr:
-            ok, obj = _resolve({"net": net}, expr, torch)
+            ok, obj = resolve_chain({"net": net}, expr, torch)
             assert ok and obj is net.get_submodule(path)
-    assert _resolve({"net": net}, "net.blocks[1].norm.weight", torch)[1] is (
+    assert resolve_chain({"net": net}, "net.blocks[1].norm.weight", torch)[1] is (
         net.blocks[1].norm.weight
     )
 

@@ -227,8 +227,8 @@ class Output(collections.OrderedDict):
 
 
 class Bag(dict):
-    """A dict subclass holding tensors and a list of modules (listed as movable by the scan,
-    skipped by "Move all" before issue 11)."""
+    """A dict subclass holding tensors and a list of modules: the scan lists it as movable, so
+    "Move all" must move it."""
 
 
 class Holder:

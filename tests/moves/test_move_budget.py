@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from movekit import (
+    HAS_CUDA,
     Holder,
     assert_same,
     make_namespace,
@@ -15,6 +16,7 @@ from torch import nn
 
 from torchdevice_magic import devices as device_discovery
 from torchdevice_magic.moves import MoveError, MoveResult, move
+from torchdevice_magic.moves.budget import check_memory
 from torchdevice_magic.units import format_bytes
 
 
@@ -101,3 +103,46 @@ def test_what_was_already_on_the_target_is_not_reported_as_still_held() -> None:
     result = move(ns, "meta")
     assert result.ok and result.still_held_bytes == 0
     assert result.bytes_moved == (8 * 8 + 8) * 4  # only the part that was on the cpu
+
+
+def test_the_free_memory_check_reads_the_accelerators_own_figures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pre-check on a CUDA target, with the accelerator's figures replaced (no GPU here):
+    free is what the driver reports plus what the caching allocator holds unused."""
+    gib = 2**30
+    driver_free, total = 3 * gib, 8 * gib
+    monkeypatch.setattr(
+        torch.accelerator, "get_memory_info", lambda device=None: (driver_free, total)
+    )
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (driver_free, total))
+    cached = device_discovery.MemoryFigures(allocated=gib, reserved=gib + gib // 2)
+    monkeypatch.setattr(device_discovery, "memory_figures", lambda device: cached)
+    cuda = torch.device("cuda", 0)
+    free = driver_free + gib // 2
+    check_memory({cuda: free}, None)  # fits exactly
+    with pytest.raises(MoveError) as info:
+        check_memory({cuda: free + 512}, None)
+    expected = f"needs {format_bytes(free + 512)}, {format_bytes(free)} free on cuda:0"
+    assert str(info.value) == f"{expected} — nothing was moved"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+def test_the_free_memory_check_refuses_with_cudas_real_figures() -> None:
+    """What the pre-check calls free is CUDA's own figure (the driver's free memory plus what
+    the caching allocator holds unused); a move needing 4 MiB more is refused with those
+    numbers before anything is touched. (An expanded tensor: 4 bytes of storage here, a full
+    copy on the target.)"""
+    torch.ones(1, device="cuda")  # the context, which a move creates anyway
+    driver_free, _total = torch.cuda.mem_get_info(0)
+    free = driver_free + max(torch.cuda.memory_reserved(0) - torch.cuda.memory_allocated(0), 0)
+    assert device_discovery.free_bytes("cuda:0") == free
+    elements = free // 4 + (1 << 20)
+    ns = {"wide": torch.zeros(1).expand(elements)}
+    with pytest.raises(MoveError) as info:
+        move(ns, "cuda")
+    need = -(-elements * 4 // 512) * 512
+    expected = f"needs {format_bytes(need)}, {format_bytes(free)} free on cuda:0"
+    assert str(info.value) == f"{expected} — nothing was moved"
+    assert ns["wide"].device.type == "cpu"

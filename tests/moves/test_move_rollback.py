@@ -176,8 +176,8 @@ def test_containers_are_changed_in_place_and_rolled_back_in_place() -> None:
 
 def test_torchscript_in_place_moves_are_checked_and_rolled_back() -> None:
     """Where Parameters move in place (``param.data = ...``: cpu <-> cuda), a TorchScript
-    module's tables (no ``.get``) are read, checked and restored like an eager module's;
-    before, the check raised after the parameters moved and the rollback failed too."""
+    module's tables (no ``.get``) are read, checked and restored like an eager module's: a
+    check that raised after the parameters moved would leave a rollback that fails too."""
     from torchdevice_magic.moves import jobs, plan_modules
 
     with warnings.catch_warnings():

@@ -22,6 +22,7 @@ from movekit import (
 )
 from torch import nn
 
+import torchdevice_magic.moves as moves
 from torchdevice_magic.moves import MoveError, move
 
 
@@ -234,3 +235,23 @@ def test_torchscript_is_refused_before_anything_moves_on_a_device_with_data(
     result = move({"scripted": scripted}, simulated_device)
     assert result.ok and not result.moved and "TorchScript" in dict(result.skipped)["scripted"]
     assert all(p.device.type == "cpu" for p in scripted.parameters())
+
+
+def test_a_round_trip_through_a_backend_whose_storages_hide_their_pointer(
+    monkeypatch: pytest.MonkeyPatch, lazy_backend: str
+) -> None:
+    """torch's lazy backend keeps data, but its storages refuse ``data_ptr()``: the bulk path
+    falls back to the general storage rule, there and back."""
+    real = moves.resolve_device
+    monkeypatch.setattr(
+        moves,
+        "resolve_device",
+        lambda d, allow: torch.device(lazy_backend, 0) if d == lazy_backend else real(d, allow),
+    )
+    ns = {f"t{i}": torch.full((3,), float(i)) for i in range(5)}
+    result = move(ns, lazy_backend)
+    assert result.ok, result.failed
+    assert all(t.device.type == lazy_backend for t in ns.values())
+    back = result.undo()
+    assert back.ok, back.failed
+    assert all(torch.equal(ns[f"t{i}"], torch.full((3,), float(i))) for i in range(5))

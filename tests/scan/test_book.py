@@ -205,3 +205,21 @@ def test_records_built_together_equal_records_built_one_by_one():
         assert not gc.isenabled()  # ...and left off when the user had turned it off
     finally:
         gc.enable()
+
+
+def test_a_module_that_comes_to_span_devices_in_a_later_cell_is_warned_about():
+    namespace: dict = {f"t{i}": torch.zeros(2) for i in range(100)}
+    scanner = Scanner()
+    scanner.scan(namespace, full=True)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    namespace["model"] = model
+    assert scanner.scan(namespace, changed=["model"]).mixed_warnings() == []
+    model[1].to("meta")
+    warnings = scanner.scan(namespace).mixed_warnings()
+    assert [w.split(" ")[0] for w in warnings] == ["model"]
+    assert warnings == tdm.scan(namespace).mixed_warnings()
+    model[1].to_empty(device="cpu")
+    assert scanner.scan(namespace).mixed_warnings() == []
+    del namespace["model"]
+    model = None
+    assert scanner.scan(namespace).mixed_warnings() == []

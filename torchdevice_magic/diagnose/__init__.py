@@ -12,6 +12,8 @@ Modules in the order data flows through them:
 - :mod:`.rules`      the table: one rule per error family (:data:`RULES`), pure data
 - :mod:`.messages`   which rule a message (or an exception chain) belongs to
 - :mod:`.cells`      a cell parsed once (``transform_cell`` + ``ast``) for every consumer
+- :mod:`.wrappers`   a cell run under a magic (``%%time``, ``%timeit``, ``%%capture``, ``%prun``,
+  ``%run``): the user's own code, its failing line in the user's numbering, its namespace
 - :mod:`.frames`     user frames vs library frames; short tracebacks
 - :mod:`.sources`    the user's code read without running it: sources, frames' names, lines
 - :mod:`.candidates` what an error could involve and what the scan says about each
@@ -32,10 +34,21 @@ from .messages import find_match, parse_message
 from .rules import RULES
 from .schema import Destination, MessageMatch, Movers, Rule
 from .vocabulary import dtype_of, normalize_device
+from .wrappers import (
+    WRAPPERS,
+    CellRun,
+    ShownErrors,
+    Wrapper,
+    unwrap_run,
+    user_code,
+    wrapped_cell,
+)
 
 __all__ = [
     "RULES",
+    "WRAPPERS",
     "Cell",
+    "CellRun",
     "Culprit",
     "Destination",
     "Diagnosis",
@@ -44,6 +57,8 @@ __all__ = [
     "MoveAction",
     "Movers",
     "Rule",
+    "ShownErrors",
+    "Wrapper",
     "collapse_library_frames",
     "diagnose",
     "dtype_of",
@@ -52,4 +67,7 @@ __all__ = [
     "normalize_device",
     "parse_cell",
     "parse_message",
+    "unwrap_run",
+    "user_code",
+    "wrapped_cell",
 ]

@@ -1,5 +1,6 @@
 """Fixes at the call site: a model's input that no variable holds is moved where the cell's
-failing line makes it.
+failing line makes it; a tensor a library makes without ``device=`` is made on the right
+device by running the user's call under ``torch.device(...)``.
 
 ``h, c = cell(x, cell.init_hidden(2))``: inside ``forward(self, input, cur_state)`` the odd
 tensor is the argument ``cur_state``, and moving it inside ``forward()`` comes too late for
@@ -15,8 +16,10 @@ import copy
 
 from .candidates import Candidate, quote_device
 from .cells import Cell
+from .explain import FixLine
+from .fixes import FixDraft
 
-__all__ = ["arguments_moved_at_call", "move_argument_at_call"]
+__all__ = ["arguments_moved_at_call", "move_argument_at_call", "outside_libraries"]
 
 
 def _moved(expr: ast.expr, container: str | None, device: str) -> ast.expr | None:
@@ -110,3 +113,51 @@ def arguments_moved_at_call(
         handled.add(id(c))
         handled.update(id(m) for m in movers if c.label in m.shares or m.label in c.shares)
     return lines, handled
+
+
+def outside_libraries(
+    cell: Cell, lineno: int | None, movers: list[Candidate], dest: str, draft: FixDraft
+) -> tuple[list[Candidate], str]:
+    """A library's own locals are named but never moved: the user cannot edit that line.
+    Where the user's objects also move, they suffice; where only library locals are off the
+    destination, there is no safe one-line fix: say which line makes them, and the user-side
+    workaround (factory calls without ``device=`` follow ``with torch.device(...)``)."""
+    inside = [c for c in movers if c.library and not c.alias]
+    if not inside:
+        return movers, ""
+    rest = [c for c in movers if c not in inside]
+    if rest:
+        return rest, ""
+    names = ", ".join(c.name for c in inside)
+    lines = ", ".join(dict.fromkeys(c.library for c in inside))
+    made = (
+        f"{names} {'is' if len(inside) == 1 else 'are'} made inside library code ({lines}) "
+        "without device=, so on the default device whatever the input; that line is not "
+        "yours to edit"
+    )
+    stmt = cell.statement_at(lineno)
+    simple = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)
+    if isinstance(stmt, simple) and stmt.lineno == stmt.end_lineno:
+        # the cell's own call into the library, run with dest as the default device: the
+        # library's factory calls without device= make their tensors there; nothing existing
+        # moves, and only that statement is affected
+        draft.fix_lines.append(
+            FixLine(
+                f"line {stmt.lineno}",
+                f"with torch.device({quote_device(dest)}): {ast.unparse(stmt)}",
+            )
+        )
+        draft.notes.append(
+            f"{made}: the fix runs your call under torch.device({quote_device(dest)}), so "
+            f"tensors made there without a device land on {dest}; a later release of the "
+            "library may fix it for good."
+        )
+        return [], "what a library makes without a device follows torch's default device"
+    draft.safe = False
+    draft.why = (
+        f"{made}. Work around it by running the call under "
+        f"`with torch.device({quote_device(dest)}):` (factory calls without device= then make "
+        f"their tensors on {dest}), by passing the tensor yourself where the library accepts "
+        "it, or by upgrading the library if a later release fixed it."
+    )
+    return [], ""

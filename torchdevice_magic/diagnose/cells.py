@@ -124,6 +124,8 @@ class Cell:
     source: str
     code: str  # the Python IPython ran (after transform_cell), or the source
     tree: ast.Module | None
+    #: the shell whose ``transform_cell`` made ``code`` (None: the stand-in did)
+    shell: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def _make(cls, source: str, shell: Any) -> Cell:
@@ -134,10 +136,10 @@ class Cell:
         candidates += [source, _fallback_transform(source)]
         for code in candidates:
             try:
-                return cls(source, code, ast.parse(code))
+                return cls(source, code, ast.parse(code), shell)
             except Exception:
                 continue
-        return cls(source, source, None)
+        return cls(source, source, None, shell)
 
     # -- names --------------------------------------------------------------------------------
     @cached_property

@@ -20,13 +20,12 @@ error is: what differs between families is a field of its :class:`~.schema.Rule`
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..devices import same_device
-from .callsite import arguments_moved_at_call
+from .callsite import arguments_moved_at_call, outside_libraries
 from .candidates import (
     Candidate,
     expression_candidates,
@@ -63,7 +62,8 @@ from .frames import is_user_filename
 from .messages import exception_chain, find_match, rule_for
 from .policy import DESTINATIONS, MOVER_CHOICES, involved_in, off_target, real_device
 from .schema import MessageMatch, Rule
-from .sources import failing_cell_line, running_codes
+from .sources import running_codes
+from .wrappers import CellRun, unwrap_run
 
 __all__ = ["diagnose", "find_match"]
 
@@ -94,20 +94,36 @@ def diagnose(
     err, text, match = found
     chain = exception_chain(exc)
     try:
-        parsed = cell if isinstance(cell, Cell) else parse_cell(cell, shell)
+        run = unwrap_run(err, chain, _source_of(cell), namespace)
+        parsed = _parsed(run, cell, shell)
     except Exception:
-        parsed = parse_cell("")
+        run, parsed = CellRun("", None, namespace), parse_cell("")
     user_target = normalize_target(target) if target else None
     try:
-        case = _gather(err, chain, text, match, namespace, parsed, user_target, allow_meta)
+        case = _gather(err, chain, text, match, run, parsed, user_target, allow_meta)
         return _explain(case, target_reason)
     except Exception:
         # Analysis failed on something hostile: still say what the message means.
         try:
-            bare = _gather(err, [], text, match, None, parse_cell(""), user_target, allow_meta)
-            return _explain(bare, target_reason)
+            bare = CellRun("", None, None)
+            case = _gather(err, [], text, match, bare, parse_cell(""), user_target, allow_meta)
+            return _explain(case, target_reason)
         except Exception:
             return None
+
+
+def _source_of(cell: str | Cell | None) -> str:
+    if isinstance(cell, Cell):
+        return cell.source
+    return cell if isinstance(cell, str) else ""
+
+
+def _parsed(run: CellRun, cell: str | Cell | None, shell: Any) -> Cell:
+    """The user's code parsed: the cell as given where no magic wrapped it (one parse shared
+    with the hook), else the unwrapped code (or the script) with the same shell."""
+    if isinstance(cell, Cell):
+        return cell if run.source == cell.source else parse_cell(run.source, cell.shell or shell)
+    return parse_cell(run.source, shell)
 
 
 @dataclass
@@ -121,6 +137,10 @@ class _ErrorCase:
     rule: Rule
     namespace: Mapping[str, Any] | None
     cell: Cell
+    #: how a line of the cell is named after its number ("" or `` of train.py`` for a script)
+    in_file: str
+    #: what the magic the cell ran under means for the fix, or ""
+    run_note: str
     #: the device the user asked for (``%%devicecheck -d``), normalised
     user_target: str | None
     #: meta may be a destination (the user said so, or asked for meta)
@@ -140,7 +160,7 @@ def _gather(
     chain: list[BaseException],
     text: str,
     match: MessageMatch,
-    namespace: Mapping[str, Any] | None,
+    run: CellRun,
     cell: Cell,
     user_target: str | None,
     allow_meta: bool,
@@ -148,7 +168,21 @@ def _gather(
     torch = loaded_torch()
     meta_ok = allow_meta or user_target == "meta"
     rule = rule_for(match.kind)
-    case = _ErrorCase(err, chain, text, match, rule, namespace, cell, user_target, meta_ok, torch)
+    namespace = run.namespace
+    case = _ErrorCase(
+        err=err,
+        chain=chain,
+        text=text,
+        match=match,
+        rule=rule,
+        namespace=namespace,
+        cell=cell,
+        in_file=run.in_file,
+        run_note=run.note,
+        user_target=user_target,
+        meta_ok=meta_ok,
+        torch=torch,
+    )
     if torch is not None:
         case.candidates = collect_candidates(err, chain, namespace, cell, torch)
         if namespace is not None:
@@ -161,7 +195,7 @@ def _gather(
                         name = c.alias or c.name
                         unloaded += unloaded_meta_buffers(name, obj, torch, c.order)
             case.candidates[:0] = unloaded  # the culprits: listed first
-    case.lineno = failing_cell_line(err, chain)
+    case.lineno = run.lineno
     case.relevant = _involved(case)
     return case
 
@@ -219,7 +253,8 @@ def _name_anonymous_operands(case: _ErrorCase, draft: FixDraft) -> None:
             )
     if not creations:
         frame_creations(case.err, case.chain, missing, case.relevant)
-    case.relevant.extend(expression_candidates(creations, missing, f"line {lineno}", 0, lineno))
+    where = f"line {lineno}{case.in_file}"
+    case.relevant.extend(expression_candidates(creations, missing, where, 0, lineno))
 
 
 @dataclass
@@ -280,7 +315,8 @@ def _route(case: _ErrorCase, draft: FixDraft, target_reason: str) -> _Route:
         if out_target is not None and dest == out_target:
             movers, route.out_ids = out_cands, frozenset(id(c) for c in out_cands)
         route.movers = _moved_at_their_source(movers, dest, draft)
-        route.movers = _outside_libraries(case, route, dest, draft)
+        route.movers, reason = outside_libraries(case.cell, case.lineno, route.movers, dest, draft)
+        route.reason = reason or route.reason
         attrs = [c for c in route.movers if c.where.startswith("attribute ")]
         if attrs:  # an attribute culprit: only it moves (its module is where it should be)
             route.movers = attrs
@@ -306,56 +342,6 @@ def _moved_at_their_source(movers: list[Candidate], dest: str, draft: FixDraft) 
     if lines and not inside[0].module_method:
         draft.notes.append(f"to fix it for every call, inside {where}(): {lines}")
     return [c for c in movers if c not in inside]
-
-
-def _outside_libraries(
-    case: _ErrorCase, route: _Route, dest: str, draft: FixDraft
-) -> list[Candidate]:
-    """A library's own locals are named but never moved: the user cannot edit that line.
-    Where the user's objects also move, they suffice; where only library locals are off the
-    destination, there is no safe one-line fix: say which line makes them, and the user-side
-    workaround (factory calls without ``device=`` follow ``with torch.device(...)``)."""
-    movers = route.movers
-    inside = [c for c in movers if c.library and not c.alias]
-    if not inside:
-        return movers
-    rest = [c for c in movers if c not in inside]
-    if rest:
-        return rest
-    names = ", ".join(c.name for c in inside)
-    lines = ", ".join(dict.fromkeys(c.library for c in inside))
-    made = (
-        f"{names} {'is' if len(inside) == 1 else 'are'} made inside library code ({lines}) "
-        "without device=, so on the default device whatever the input; that line is not "
-        "yours to edit"
-    )
-    stmt = case.cell.statement_at(case.lineno)
-    simple = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)
-    if isinstance(stmt, simple) and stmt.lineno == stmt.end_lineno:
-        # the cell's own call into the library, run with dest as the default device: the
-        # library's factory calls without device= make their tensors there; nothing existing
-        # moves, and only that statement is affected
-        draft.fix_lines.append(
-            FixLine(
-                f"line {stmt.lineno}",
-                f"with torch.device({quote_device(dest)}): {ast.unparse(stmt)}",
-            )
-        )
-        draft.notes.append(
-            f"{made}: the fix runs your call under torch.device({quote_device(dest)}), so "
-            f"tensors made there without a device land on {dest}; a later release of the "
-            "library may fix it for good."
-        )
-        route.reason = "what a library makes without a device follows torch's default device"
-        return []
-    draft.safe = False
-    draft.why = (
-        f"{made}. Work around it by running the call under "
-        f"`with torch.device({quote_device(dest)}):` (factory calls without device= then make "
-        f"their tensors on {dest}), by passing the tensor yourself where the library accepts "
-        "it, or by upgrading the library if a later release fixed it."
-    )
-    return []
 
 
 def _prefer_expressions(case: _ErrorCase, route: _Route) -> None:
@@ -454,8 +440,7 @@ def _rewrite_expression(
     new = (c.src_cell or case.cell).rewrite(c.lineno, same_line, route.dest)
     if new:
         rewrote.add((id(c.src_cell), c.lineno))
-        where = c.where if c.src_cell is not None else f"line {c.lineno}"
-        draft.fix_lines.append(FixLine(where, new))
+        draft.fix_lines.append(FixLine(c.where, new))
 
 
 def _attributes_left_behind(case: _ErrorCase, movers: list[Candidate], draft: FixDraft) -> None:
@@ -534,6 +519,7 @@ def _explain(case: _ErrorCase, target_reason: str) -> Diagnosis:
     draft = FixDraft()
     _name_anonymous_operands(case, draft)
     draft.notes.append(rule.note_for(match))
+    draft.notes.append(case.run_note)
     route = _route(case, draft, target_reason)
     no_data = _write_fix_lines(case, route, draft)
     _attributes_left_behind(case, route.movers, draft)

@@ -12,6 +12,7 @@ from typing import Any
 
 __all__ = [
     "collapse_library_frames",
+    "is_cell_code",
     "is_library_filename",
     "is_user_filename",
     "library_frames",
@@ -73,8 +74,23 @@ def is_user_filename(filename: str) -> bool:
     return not any(norm.startswith(d) for d in _library_dirs())
 
 
+#: (file name, function name) of the functions a timing magic wraps the user's code in:
+#: ``%%timeit`` runs the cell's body inside ``inner`` of ``<magic-timeit>``.
+_WRAPPER_FUNCTIONS = frozenset({("<magic-timeit>", "inner")})
+
+
+def is_cell_code(code: Any) -> bool:
+    """Whether a code object runs a cell's own code (module level: the cell, the code a
+    timing magic compiled, a ``%run`` script), not a function the user defined."""
+    try:
+        name, filename = code.co_name, code.co_filename
+    except Exception:
+        return False
+    return name == "<module>" or (filename, name) in _WRAPPER_FUNCTIONS
+
+
 def user_frames(tb: Any, limit: int = 3) -> list[Any]:
-    """The innermost ``limit`` user function frames (outermost first); module-level skipped."""
+    """The innermost ``limit`` user function frames (outermost first); cell code skipped."""
     frames: list[Any] = []
     steps = 0
     while tb is not None and steps < 10_000:
@@ -82,7 +98,7 @@ def user_frames(tb: Any, limit: int = 3) -> list[Any]:
         try:
             frame = tb.tb_frame
             code = frame.f_code
-            if is_user_filename(code.co_filename) and code.co_name != "<module>":
+            if is_user_filename(code.co_filename) and not is_cell_code(code):
                 frames.append(frame)
             tb = tb.tb_next
         except Exception:

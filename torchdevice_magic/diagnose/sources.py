@@ -1,8 +1,7 @@
 """What the user's code says, read without running any of it: a function's source (through
 linecache, notebook cells included) and its parsed tree, a frame's arguments, the names its
 ``for`` loops bind and the statement it was running, the instance a method runs on, the
-``torch.zeros(...)`` that made a local (and the same statement with ``device=``), and the line
-of the cell that failed. Standard library only.
+``torch.zeros(...)`` that made a local (and the same statement with ``device=``). Standard library only.
 """
 
 from __future__ import annotations
@@ -189,26 +188,3 @@ def running_codes(err: BaseException) -> frozenset[Any]:
         except Exception:
             break
     return frozenset(codes)
-
-
-def failing_cell_line(err: BaseException, chain: list[BaseException]) -> int | None:
-    """The line of the cell (its ``<module>`` frame) that was running when the error came."""
-    for e in [err, *chain]:
-        tb = getattr(e, "__traceback__", None)
-        lineno = None
-        steps = 0
-        while tb is not None and steps < 10_000:
-            steps += 1
-            try:
-                code = tb.tb_frame.f_code
-                if code.co_name == "<module>":
-                    from .frames import is_user_filename
-
-                    if is_user_filename(code.co_filename):
-                        lineno = tb.tb_lineno
-            except Exception:
-                pass
-            tb = tb.tb_next
-        if lineno is not None:
-            return lineno
-    return None

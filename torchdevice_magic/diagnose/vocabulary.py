@@ -135,7 +135,8 @@ def parse_tensor_type(name: str) -> tuple[str | None, str | None]:
     """A conv message's type name -> (device or None, dtype or None).
 
     ``torch.cuda.FloatTensor`` -> (cuda, float32); ``torch.FloatTensor`` -> (cpu, float32);
-    ``CUDAHalfType`` -> (cuda, float16); ``long int`` / ``c10::Half`` -> (None, dtype).
+    ``CUDAHalfType`` -> (cuda, float16); ``simdevFloatType`` -> (simdev, float32);
+    ``long int`` / ``c10::Half`` -> (None, dtype).
     """
     name = name.strip()
     m = re.fullmatch(r"torch\.(?:(\w+)\.)?(\w+?)Tensor", name)
@@ -144,7 +145,14 @@ def parse_tensor_type(name: str) -> tuple[str | None, str | None]:
         if dev == "sparse":
             dev = "cpu"
         return dev, _TYPE_STEMS.get(m.group(2))
-    m = re.fullmatch(r"(CPU|CUDA|MPS|XPU|Meta|HIP|XLA|PrivateUse1)(\w+?)Type", name)
+    # ``TensorBase::toString()``: the backend's name then the scalar type, for any backend
+    # (``CUDAHalfType``, and ``simdevFloatType`` for a PrivateUse1 backend renamed ``simdev``)
+    m = _BACKEND_TYPE.fullmatch(name)
     if m:
         return normalize_device(m.group(1)), _TYPE_STEMS.get(m.group(2))
     return None, dtype_of(name)
+
+
+_BACKEND_TYPE = re.compile(
+    r"([A-Za-z][A-Za-z0-9_]*?)(" + "|".join(sorted(_TYPE_STEMS, key=len, reverse=True)) + r")Type"
+)

@@ -34,7 +34,10 @@ The package, by concern (each module imports only those above it):
 - :mod:`.base`      storage keys and per-device sums, :class:`~.base._Source`, the release count
 - :mod:`.graphs`    the tensors autograd graphs keep alive (:func:`graph_tensors`), detaching
 - :mod:`.sources`   the holders of each kind: traceback, ``Out``, optimizer, hooks, second names
-- :mod:`.holding`   :class:`Holder`, :func:`holders`, :func:`held_outside`, :class:`HolderList`
+- :mod:`.interactive` what an interactive shell keeps besides its namespace (found from it)
+- :mod:`.holding`   :class:`Holder`, :func:`holders`, :func:`held_outside`, :class:`HolderList`,
+  :func:`follow` (what a timeline remembers of a namespace, for :func:`holders`)
+- :mod:`.leaks`     when a followed holder grew, and when that is a leak (the warning's text)
 - :mod:`.timeline`  :class:`Timeline`, :class:`CellMemory`, the accelerator's figures and peaks
 - :mod:`.oom`       :func:`parse_oom`, :func:`explain_oom` and what they return
 """
@@ -45,14 +48,18 @@ from .base import ErrorGetter as ErrorGetter
 from .base import Keys as Keys
 from .base import StorageKey as StorageKey
 from .graphs import graph_tensors
-from .holding import Holder, HolderList, held_outside, holders, holders_text
+from .holding import Following, Holder, HolderList, follow, held_outside, holders, holders_text
+from .interactive import shell_references
 from .oom import OOMExplanation, OOMFacts, explain_oom, parse_oom
 from .timeline import RECOUNT_ABOVE as RECOUNT_ABOVE
 from .timeline import CellMemory, Timeline, device_figures, reset_peaks
 
 __all__ = [
+    "Following",
     "Holder",
     "HolderList",
+    "follow",
+    "shell_references",
     "holders",
     "held_outside",
     "holders_text",

@@ -121,6 +121,23 @@ def _detach_in_place(tensor: Any) -> bool:
         return False
 
 
+def _container_fix(name: str, value: Any, roots: list[Any]) -> str:
+    """What to do about a container whose tensors keep graphs: a tuple of non-scalar tensors is
+    a recurrent state (an LSTM's ``(h, c)``) carried from batch to batch, whose graph reaches
+    back through every batch until it is detached; anything else collects results (losses),
+    which the report needs as numbers."""
+    if isinstance(value, tuple) and not any(_dimensions(r) == 0 for r in roots):
+        return f"detach it between batches: {name} = tuple(h.detach() for h in {name})"
+    return "append loss.item() or loss.detach()"
+
+
+def _dimensions(tensor: Any) -> int | None:
+    try:
+        return int(tensor.dim())
+    except Exception:
+        return None
+
+
 def _graph_source(namespace: Any, name: str, value: Any) -> _Source | None:
     roots = _graph_roots(value)
     if not roots:
@@ -138,7 +155,7 @@ def _graph_source(namespace: Any, name: str, value: Any) -> _Source | None:
         count = len(roots)
         plural = "graph" if count == 1 else "graphs"
         where = f"{name}: {count} autograd {plural}"
-        fix = "append loss.item() or loss.detach()"
+        fix = _container_fix(name, value, roots)
     return _Source(
         where,
         "autograd graph",

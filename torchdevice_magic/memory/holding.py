@@ -11,6 +11,7 @@ Pure core: no IPython, no ipywidgets, torch never imported here.
 from __future__ import annotations
 
 import sys
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import compress, repeat
@@ -21,6 +22,7 @@ from ..names import is_ipython_bookkeeping
 from ..scan import Inventory, scan
 from ..units import device_sort_key, format_bytes
 from .base import _NOTHING_TO_HOLD, _RELEASES, ErrorGetter, Keys, StorageKey, _by_device, _Source
+from .interactive import shell_references
 from .sources import (
     _global_hook_sources,
     _last_errors,
@@ -67,6 +69,36 @@ class Holder:
         head = f"[{index}] " if index is not None else ""
         text = f"{head}{self.where}: {format_bytes(self.bytes)} on {self.device}"
         return text + (f" -> {self.fix}" if self.fix else "")
+
+
+class Following:
+    """A namespace whose deleted and rebound names a timeline remembers (``forgotten``): kept
+    alive by whoever follows it (the controller); :func:`holders` of that namespace then names
+    a second name exactly as ``%devices --holders`` does."""
+
+    __slots__ = ("namespace", "forgotten", "__weakref__")
+
+    def __init__(self, namespace: Any, forgotten: Mapping[str, Keys]) -> None:
+        self.namespace = namespace
+        self.forgotten = forgotten
+
+
+_FOLLOWED: weakref.WeakValueDictionary[int, Following] = weakref.WeakValueDictionary()
+
+
+def follow(namespace: Any, forgotten: Mapping[str, Keys]) -> Following:
+    """Register what a timeline remembers of ``namespace``; keep the result alive as long as
+    it should count (it is forgotten with it)."""
+    following = Following(namespace, forgotten)
+    _FOLLOWED[id(namespace)] = following
+    return following
+
+
+def _followed_forgotten(namespace: Any) -> Mapping[str, Keys] | None:
+    following = _FOLLOWED.get(id(namespace))
+    if following is None or following.namespace is not namespace:
+        return None
+    return following.forgotten
 
 
 def _maybe_orphaned(inventory: Inventory) -> set[str] | None:
@@ -165,16 +197,27 @@ def holders(
     """Who keeps tensor memory alive outside the named variables of ``namespace``, biggest
     first; ``device`` (``"cuda:0"``, or a type like ``"cuda"``) keeps only that device's.
 
+    The one implementation behind ``tdm.holders(get_ipython().user_ns)``, ``%devices
+    --holders`` and ``--release``: for a shell's namespace it finds by itself what the shell
+    keeps (:mod:`.interactive`) and what the extension's timeline remembers (:func:`follow`).
+
     ``inventory``: a scan of ``namespace`` made just now (saves one); ``forgotten``: storage
-    keys of names deleted or rebound recently (the session's timeline keeps them) -- a named
-    variable still holding one is listed as a ``second name``; ``output_refs(obj)``: called
-    when an ``Out`` entry is released, to drop the references a front end keeps besides the
-    namespace (the session passes one for IPython's displayhook); ``last_error()``: the
-    last failing cell's exception where ``sys.last_value`` may not name it (the session's
-    short-traceback path), found besides ``sys.last_value``.
+    keys of names deleted or rebound recently (default: what the timeline following this
+    namespace remembers) -- a named variable still holding one is listed as a ``second
+    name``; ``output_refs(obj)``: called when an ``Out`` entry is released, to drop the
+    references a front end keeps besides the namespace (default: a shell's display hook,
+    ``user_ns_hidden`` and last result); ``last_error()``: the last failing cell's exception
+    where ``sys.last_value`` may not name it (default: the one a shell keeps), found besides
+    ``sys.last_value``.
     """
     if "torch" not in sys.modules:
         return []
+    if output_refs is None or last_error is None:
+        shell_output_refs, shell_last_error = shell_references(namespace)
+        output_refs = output_refs or shell_output_refs
+        last_error = last_error or shell_last_error
+    if forgotten is None:
+        forgotten = _followed_forgotten(namespace)
     if inventory is None:
         inventory = scan(namespace)
     named = inventory.storages()

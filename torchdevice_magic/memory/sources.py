@@ -55,9 +55,9 @@ def _last_exception() -> BaseException | None:
 
 
 def _last_errors(getter: ErrorGetter | None = None) -> list[BaseException]:
-    """The errors whose tracebacks may still be held: the one ``getter`` names (the session
-    passes the last cell's, which IPython keeps until the next cell ends even where
-    ``sys.last_value`` is not set) and ``sys.last_exc`` / ``sys.last_value``."""
+    """The errors whose tracebacks may still be held: the one ``getter`` names (for a shell's
+    namespace, the one its last execution result keeps: :mod:`.interactive`) and
+    ``sys.last_exc`` / ``sys.last_value``."""
     found: list[BaseException] = []
     if getter is not None:
         try:
@@ -150,7 +150,12 @@ def _traceback_source(
     own: dict[str, Keys] = {}
     for root in inventory.names():
         own[root] = {k: v for k, v in _root_keys(inventory, root).items() if k not in named}
-    sizes = {root: sum(n for _, n in keys.values()) for root, keys in own.items()}
+    # meta tensors hold no memory: a wrapper's ``args`` with the meta weights beside the
+    # batch is no bigger than the user's own ``batch`` local, which then names the holder
+    sizes = {
+        root: sum(n for device, n in keys.values() if device != "meta")
+        for root, keys in own.items()
+    }
     # name the locals that add storages nobody named yet: the user's `batch`, not the same
     # tensor again as `args` of torch's own wrappers further in
     ranked: list[str] = []

@@ -28,6 +28,7 @@ from .base import (
     _Source,
 )
 from .holding import _maybe_orphaned, _named_keys_without_optimizers
+from .leaks import TrackedHolder
 from .sources import _last_errors, _name_sources, _out_sources, _traceback_source
 
 #: Names changed since the last cell above which the timeline counts the whole namespace again
@@ -80,18 +81,6 @@ def _signed(nbytes: int) -> str:
     return ("+" if nbytes >= 0 else "-") + format_bytes(abs(nbytes))
 
 
-class _Tracked:
-    """A holder the timeline follows between cells: its keys and a short growth history."""
-
-    __slots__ = ("source", "grew_in_row", "last_bytes", "warned")
-
-    def __init__(self, source: _Source) -> None:
-        self.source = source
-        self.grew_in_row = 0
-        self.last_bytes: dict[str, int] = {}
-        self.warned = False
-
-
 def _optimizer_names(namespace: Any) -> list[str]:
     torch = sys.modules.get("torch")
     if torch is None:
@@ -106,14 +95,18 @@ class Timeline:
     touched (its names, a new ``Out`` entry, a new error), so a plain cell costs a dict merge."""
 
     def __init__(self, limit: int = 2000, last_error: ErrorGetter | None = None) -> None:
-        #: the last failing cell's exception, where sys.last_value may not name it
+        #: the last failing cell's exception as the shell keeps it (besides sys.last_value)
         self.last_error = last_error
         self.rows: list[CellMemory] = []
         self.limit = limit
         self.forgotten: dict[str, Keys] = {}
         self._previous: Inventory | None = None
         self._totals: dict[str, int] = {}
-        self._tracked: dict[str, _Tracked] = {}  # label -> what it holds
+        self._tracked: dict[str, TrackedHolder] = {}  # label -> what it holds
+        # the names cells mentioned that were bound after them: a holder first seen under
+        # one of these was there before the cell that filled it (``losses = []``, then a
+        # cell appending to it)
+        self._bound: set[str] = set()
         self._out_keys: set[Any] = set()
         self._out_last: Any = None
         self._error_ids: tuple[int, ...] = ()
@@ -146,6 +139,12 @@ class Timeline:
             # optimizer, so measure the optimizers again
             names += [n for n in _optimizer_names(namespace) if n not in names]
         changed_holders = self._update_holders(namespace, inventory, names, named)
+        present = namespace.keys() if hasattr(namespace, "keys") else set()
+        for name in names:
+            if name in present:
+                self._bound.add(name)
+            else:
+                self._bound.discard(name)
         totals = {d: n for d, n in self._named_totals.items() if n}
         extra: Keys = {}
         for tracked in self._tracked.values():
@@ -155,7 +154,7 @@ class Timeline:
             totals[dev] = totals.get(dev, 0) + nbytes
         changes, note = self._name_changes(previous, inventory, namespace, names, named)
         changes.extend(changed_holders)
-        warnings = self._leaks(named)
+        warnings = [line for tracked in self._tracked.values() for line in tracked.warnings()]
         rows = []
         for dev in sorted(set(totals) | set(self._totals), key=device_sort_key):
             now, before = totals.get(dev, 0), self._totals.get(dev, 0)
@@ -351,6 +350,14 @@ class Timeline:
                     without_optimizers = _named_keys_without_optimizers(namespace, inventory)
             for brought in _name_sources(namespace, name, value, without_optimizers or {}):
                 fresh[f"name\x00{name}\x00{brought.key}"] = brought
+        return self._remeasure(fresh, names, named)
+
+    def _remeasure(
+        self, fresh: dict[str, _Source | None], names: list[str], named: Keys
+    ) -> list[tuple[str, str, int]]:
+        """Take the holders' new measurements (None: gone); return (holder, device, change in
+        the bytes it holds beyond the named storages)."""
+        cell = frozenset(names)
         changes: list[tuple[str, str, int]] = []
         for label, source in fresh.items():
             tracked = self._tracked.get(label)
@@ -360,41 +367,20 @@ class Timeline:
                 new: dict[str, int] = {}
                 shown = tracked.source.where if tracked is not None else label
             else:
-                if tracked is None or tracked.source.token != source.token:
-                    tracked = self._tracked[label] = _Tracked(source)
-                tracked.source = source
+                if tracked is None:
+                    tracked = self._tracked[label] = TrackedHolder(source)
+                # a name's holder first seen after a cell that did not bind the name: the
+                # cell added to what the name already held
+                bound = label[:5] == "name\x00" and label.split("\x00")[1] in self._bound
+                tracked.measured(source, cell, first_grows=bound)
                 subtract = named if source.subtract is None else source.subtract
                 new = _by_device({k: v for k, v in source.keys.items() if k not in subtract})
-                grew = any(new.get(d, 0) > old.get(d, 0) for d in new)
-                tracked.grew_in_row = tracked.grew_in_row + 1 if grew else 0
                 tracked.last_bytes = new
                 shown = source.where
             for dev in set(old) | set(new):
                 if new.get(dev, 0) != old.get(dev, 0):
                     changes.append((shown, dev, new.get(dev, 0) - old.get(dev, 0)))
         return changes
-
-    def _leaks(self, named: Keys) -> list[str]:
-        warnings = []
-        for tracked in self._tracked.values():
-            source = tracked.source
-            if source.kind not in {"autograd graph", "hook"}:
-                continue
-            if tracked.grew_in_row < 2 or tracked.warned:
-                continue
-            tracked.warned = True
-            for dev, nbytes in sorted(tracked.last_bytes.items()):
-                what = (
-                    f"{source.count} autograd graph{'s' if source.count != 1 else ''}"
-                    if source.kind == "autograd graph"
-                    else f"{source.count} tensors"
-                )
-                holder = source.where.partition(":")[0].replace(" (autograd graph)", "")
-                warnings.append(
-                    f"{holder} keeps {what} alive, {format_bytes(nbytes)} on {dev}, "
-                    f"more after every run: {source.fix}"
-                )
-        return warnings
 
     # -- reading ---------------------------------------------------------------------------
     def to_frame(self) -> Any:

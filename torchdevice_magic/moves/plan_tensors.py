@@ -106,7 +106,10 @@ def _storage_keys(
 ) -> list[Any]:
     """THE storage identity (objects/storage.py) of each tensor, as :func:`storage_of` gives
     it, built with C-level maps where every storage has a data pointer (the common case)."""
-    pointers = list(map(plan.torch.UntypedStorage.data_ptr, storages))
+    try:
+        pointers = list(map(plan.torch.UntypedStorage.data_ptr, storages))
+    except RuntimeError:  # a backend whose storages have no readable pointer (lazy)
+        pointers = [0]
     if 0 in pointers:  # empty or pointer-less storages: the general rule, one by one
         return [objects.storage_identity(plan.T, t).key for t in tensors]
     if len(distinct) == 1:

@@ -50,6 +50,11 @@ class _State(NamedTuple):
     serial: int = 0
     parent: int = -1
     touched: tuple[str, ...] | None = None
+    #: names whose entry lists a record that spans devices (a module, an optimizer, a
+    #: container): the mixed-device warnings read these, not every entry
+    mixed: frozenset[str] = frozenset()
+    #: entries kept after the last full scan or fold (:mod:`.folding` folds again past it)
+    settled: int = 0
 
 
 #: numbers for states (:attr:`_State.serial`), never reused in a process

@@ -105,6 +105,12 @@ def _entry_storages(entry: Any) -> Mapping[StorageKey, tuple[str, int]]:
     return _facts_storages(entry) if type(entry) is _TensorFacts else entry.storages
 
 
+def _entry_spans_devices(entry: Any) -> bool:
+    """Whether an entry lists a shown record on more than one device (a module, an optimizer
+    or a container; a plain tensor's record never spans devices)."""
+    return type(entry) is _Entry and any(r.mixed and not r.hidden for r in entry.records)
+
+
 def _entry_volatile(entry: Any) -> bool:
     if type(entry) is _TensorFacts:
         # A tensor's grad can appear in any cell, and a Parameter can't be weakly referenced

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -28,7 +29,7 @@ from ..units import collector_paused, device_sort_key
 from .book import _Book, _State
 from .columns import _BULK_RECORDS
 from .contents import _Contents
-from .entries import _Entry
+from .entries import _entry_spans_devices
 from .facts import bytes_by_device
 
 #: How an inventory is drawn, by kind: "text" (``repr``), "html" (``_repr_html_``), "json"
@@ -283,14 +284,14 @@ class Inventory(_Contents):
         trains parameters no name here reaches."""
         warnings = [orphan_warning(*orphan) for orphan in self.orphaned_optimizers()]
         # Only modules, optimizers and containers can span devices (a plain tensor's record
-        # never does): when none of those entries does, no record needs looking at.
-        if not any(
-            record.mixed and not record.hidden
-            for entries in (self._entries.values(), self._hidden.values())
-            for entry in entries
-            if type(entry) is _Entry
-            for record in entry.records
-        ):
+        # never does): when none of those entries does, no record needs looking at. A scanner's
+        # state names them (kept up to date by each rescan); any other state is looked through.
+        if self._state.serial:
+            spans = bool(self._state.mixed)
+        else:
+            entries = chain(self._entries.values(), self._hidden.values())
+            spans = any(map(_entry_spans_devices, entries))
+        if not spans:
             return warnings
         for record in self.records:
             if record.mixed and not record.hidden:

@@ -41,8 +41,9 @@ from ..objects import Kind, StorageKey, TorchTypes
 from .book import _names_left, _new_serial, _State
 from .columns import _NO_COLUMNS, _read_columns
 from .composites import AGGREGATE_ABOVE, CONTAINER_ELEMENT_CAP, MAX_CONTAINER_DEPTH
-from .entries import _Entry, _entry_storages, _entry_volatile
+from .entries import _Entry, _entry_spans_devices, _entry_storages, _entry_volatile
 from .facts import _facts_record, _facts_storages, _TensorFacts
+from .folding import _fold, _fold_due
 from .inspection import _inspect, _still_same
 from .inventory import Inventory, orphan_warning
 
@@ -107,19 +108,26 @@ class Scanner:
         changed: Iterable[str],
         recheck: bool,
     ) -> Inventory:
+        state = previous._state if previous is not None else None
+        incremental = state is not None and state.keys and len(state.ids) == len(state.keys)
         try:
             if type(namespace) is dict:  # values() follows keys() order in a plain dict
-                keys, values = list(namespace), list(namespace.values())
+                keys = list(namespace)
+                # a rescan needs only the ids (the values of the few stale names it looks up)
+                values = [] if incremental else list(namespace.values())
+                ids = list(map(id, namespace.values() if incremental else values))
             else:
                 keys = list(namespace)
                 values = list(map(namespace.__getitem__, keys))
+                ids = list(map(id, values))
         except Exception:  # a Mapping that changed while we read it: take a snapshot
             snapshot = dict(namespace.items())
             keys, values, namespace = list(snapshot), list(snapshot.values()), snapshot
-        ids = list(map(id, values))
-        state = previous._state if previous is not None else None
-        if state is not None and state.keys and len(state.ids) == len(state.keys):
+            ids = list(map(id, values))
+        if state is not None and incremental:
             new_state = _rescan(T, namespace, keys, ids, state, changed, recheck)
+            if _fold_due(new_state):  # many plain tensors made by cells: into the columns
+                new_state = _fold(T, new_state)
         else:
             new_state = _full_scan(
                 T, keys, ids, values, namespace if type(namespace) is dict else None
@@ -190,6 +198,7 @@ def _full_scan(
     entries: dict[str, Any] = {}
     volatile: set[str] = set()
     watched: set[str] = set()
+    mixed: set[str] = set()
     if plain is not None:
         # the rest, less what cannot hold a tensor (numbers, strings, functions: known kinds)
         rest = list(map(not_, plain))
@@ -198,13 +207,21 @@ def _full_scan(
         candidates = zip(compress(keys, rest), compress(values, rest), strict=True)
         for name, value in compress(candidates, wanted):
             if not is_ipython_bookkeeping(name):
-                _store(T, name, _inspect(T, name, value), entries, volatile, watched)
+                _store(T, name, _inspect(T, name, value), entries, volatile, watched, mixed)
     columns, careful_volatile = _read_columns(
         T, plain_names, plain_tensors, plain_types, plain_ids, entries
     )
     volatile.update(careful_volatile)
     return _State(
-        keys, ids, entries, frozenset(volatile), frozenset(watched), columns, serial=_new_serial()
+        keys,
+        ids,
+        entries,
+        frozenset(volatile),
+        frozenset(watched),
+        columns,
+        serial=_new_serial(),
+        mixed=frozenset(mixed),
+        settled=len(entries),
     )
 
 
@@ -248,11 +265,13 @@ def _store(
     entries: dict[str, Any],
     volatile: set[str],
     watched: set[str],
+    mixed: set[str],
 ) -> None:
     if entry is None:
         entries.pop(name, None)
         volatile.discard(name)
         watched.discard(name)
+        mixed.discard(name)
         return
     entries[name] = entry
     if _entry_volatile(entry):
@@ -263,6 +282,10 @@ def _store(
         watched.add(name)
     else:
         watched.discard(name)
+    if _entry_spans_devices(entry):
+        mixed.add(name)
+    else:
+        mixed.discard(name)
 
 
 def _rescan(
@@ -277,13 +300,14 @@ def _rescan(
     entries = dict(state.entries)
     volatile = set(state.volatile)
     watched = set(state.watched)
+    mixed = set(state.mixed)
     columns = state.columns or _NO_COLUMNS
     dropped = state.dropped
     known = len(state.keys)
     gone: list[str] = []
-    if keys[:known] == state.keys:
+    if (keys if len(keys) == known else keys[:known]) == state.keys:
         # the usual cell: same names, some rebound, perhaps a few new ones at the end
-        stale = list(compress(keys, map(ne, ids, state.ids)))
+        stale = _rebound(keys, ids, state.ids)
         stale += keys[known:]
     else:
         left = _names_left(state.keys, keys)
@@ -302,6 +326,7 @@ def _rescan(
             entries.pop(name, None)
             volatile.discard(name)
             watched.discard(name)
+            mixed.discard(name)
     # Names the cell mentions: look again at plain tensors and containers among them (a freed
     # object's id may now belong to a new one). Modules and optimizers need not: their
     # signatures and weak references catch a replacement.
@@ -323,7 +348,8 @@ def _rescan(
     for name in stale:
         if is_ipython_bookkeeping(name):
             continue
-        _store(T, name, _inspect(T, name, namespace.get(name)), entries, volatile, watched)
+        entry = _inspect(T, name, namespace.get(name))
+        _store(T, name, entry, entries, volatile, watched, mixed)
     # what changed since ``state``, from what this rescan did (O(what changed)): names whose
     # entry is not the very one it was, and the names that left the columns
     earlier = state.entries
@@ -341,7 +367,27 @@ def _rescan(
         serial=_new_serial(),
         parent=state.serial or -1,
         touched=tuple(dict.fromkeys(touched)),
+        mixed=frozenset(mixed),
+        settled=state.settled,
     )
+
+
+#: names compared at once by :func:`_rebound` (as lists, in C) before one by one
+_REBOUND_CHUNK = 1024
+
+
+def _rebound(names: list[str], ids: list[int], old_ids: list[int]) -> list[str]:
+    """The first ``len(old_ids)`` names whose id is not the old one (the names a cell bound to
+    another object). A cell rebinds a few names of many: chunks compared as lists (C, no
+    call per name) and only the chunks that differ looked at name by name."""
+    found: list[str] = []
+    known = len(old_ids)
+    for start in range(0, known, _REBOUND_CHUNK):
+        stop = min(start + _REBOUND_CHUNK, known)
+        now, before = ids[start:stop], old_ids[start:stop]
+        if now != before:
+            found += compress(names[start:stop], map(ne, now, before))
+    return found
 
 
 def _hidden_entries(

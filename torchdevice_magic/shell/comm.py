@@ -3,9 +3,10 @@
 Protocol v2 (:mod:`.protocol`): opening the comm gets the first window (the 200 biggest rows)
 at once; the sidebar asks for other windows (sort, filter, page, target); after each cell the
 kernel sends only what changed in that window and in the header (a ``delta``), and nothing at
-all when the cell changed nothing tensor-related. ``refresh`` / ``move`` / ``undo`` are served
-as before. Every request is validated by :func:`protocol.parse_request` first: nothing a
-message says is ever executed as code. All figures come from :mod:`.viewmodel`.
+all when the cell changed nothing tensor-related. ``refresh`` / ``move`` / ``undo`` go to the
+controller (:class:`torchdevice_magic.app.DeviceController`). Every request is validated by
+:func:`protocol.parse_request` first: nothing a message says is ever executed as code. All
+figures come from :mod:`.viewmodel`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 from typing import Any
 
 from .. import protocol
+from ..app import DeviceController
 from ..units import collector_paused
 from ..viewmodel import LiveWindow, WindowSpec
 
@@ -31,12 +33,20 @@ class _Subscriber:
         self.header: dict[str, Any] | None = None
         self.seq = 0
         self.target: str | None = None  # the target the user chose (None: the default)
-        self.actions = 0  # the session's action count when this sidebar was last sent
+        self.actions = 0  # the controller's action count when this sidebar was last sent
 
 
 class SidebarChannel:
-    def __init__(self, session: Any) -> None:
-        self.session = session
+    """Serves every open sidebar from the controller: views and deltas out, moves, undos and
+    refreshes in (through the controller's typed API).
+
+    ``announce``: tell a sidebar already watching this kernel that the extension is here now
+    (where a frontend is connected: a kernel, not a terminal or an in-process shell).
+    """
+
+    def __init__(self, app: DeviceController, announce: bool = False) -> None:
+        self.app = app
+        self.announce = announce
         self.comms: dict[str, _Subscriber] = {}
         self._registered = False
         #: request type -> handler(request) -> (ok, message, outcome): request types other
@@ -60,7 +70,7 @@ class SidebarChannel:
 
         get_comm_manager().register_target(protocol.COMM_TARGET, self._on_open)
         self._registered = True
-        if getattr(self.session.shell, "kernel", None) is None:
+        if not self.announce:
             return  # a terminal or in-process shell: no frontend to announce to
         # Tell any sidebar already watching this kernel that the extension is here now. A
         # frontend without our sidebar closes the comm, and then nothing more is sent.
@@ -90,7 +100,7 @@ class SidebarChannel:
             except Exception:
                 log.debug("torchdevice_magic: closing a comm failed", exc_info=True)
         self.comms.clear()
-        self.session.remove_listener(self.push)
+        self.app.remove_listener(self.push)
         if self._registered:
             get_comm_manager().unregister_target(protocol.COMM_TARGET, self._on_open)
             self._registered = False
@@ -106,54 +116,53 @@ class SidebarChannel:
         self.comms[comm_id] = subscriber
         channel.on_msg(lambda message, comm_id=comm_id: self.handle_message(message, comm_id))
         channel.on_close(lambda _message, comm_id=comm_id: self._detach(comm_id))
-        self.session.remove_listener(self.push)
-        self.session.add_listener(self.push)
+        self.app.remove_listener(self.push)
+        self.app.add_listener(self.push)
 
     def _detach(self, comm_id: str) -> None:
         self.comms.pop(comm_id, None)
         if not self.comms:
-            self.session.remove_listener(self.push)
+            self.app.remove_listener(self.push)
 
     # -- kernel -> sidebar ---------------------------------------------------------------------
     def _view(self, subscriber: _Subscriber, spec: WindowSpec | None = None) -> dict[str, Any]:
         """A whole window and header (on open, on a ``window`` request, on ``refresh``)."""
-        session = self.session
-        inventory = session.current_inventory()
+        app = self.app
+        inventory = app.current_inventory()
         with collector_paused():  # the head of the order: sort keys of the rows it keeps
             spec = spec or subscriber.live.spec
-            target = session.choose_target(subscriber.target)
+            target = app.choose_target(subscriber.target)
             window = subscriber.live.reset(inventory, spec, target)  # no record per tensor
-        header = session.header(subscriber.target, counts=subscriber.live.counts)
+        header = app.header(subscriber.target, counts=subscriber.live.counts)
         subscriber.header = header.to_wire()
-        subscriber.actions = session.actions
+        subscriber.actions = app.actions
         subscriber.seq += 1
         return protocol.envelope(
             "view",
             seq=subscriber.seq,
             header=subscriber.header,
             window=window.to_wire(),
-            last_action=session.last_action,
+            last_action=app.last_action,
             live=True,
         )
 
-    def push(self, session: Any) -> None:
+    def push(self, app: DeviceController) -> None:
         """After a cell or an action: send each sidebar what changed, or nothing."""
         if not self.comms:
             return
-        sent = self._push_window(session)
+        sent = self._push_window(app)
         if sent:
             # the memory chart's rows (torchdevice_magic.memory), after what changed; a cell
             # that changed nothing tensor-related sends nothing, this included
-            timeline_message = getattr(session, "timeline_message", None)
-            message = timeline_message() if timeline_message is not None else None
+            message = app.timeline_message()
             if message is not None:
                 self.broadcast("timeline", rows=message["rows"])
 
-    def _push_window(self, session: Any) -> bool:
+    def _push_window(self, app: DeviceController) -> bool:
         """Send each sidebar its window's delta (or whole view); whether anything
         tensor-related changed (then the memory timeline follows)."""
         sent = False
-        inventory = session.current_inventory()
+        inventory = app.current_inventory()
         for subscriber in list(self.comms.values()):
             live = subscriber.live
             if live.window is None or (
@@ -167,13 +176,13 @@ class SidebarChannel:
             if (
                 delta is None
                 and not live.records_changed
-                and session.actions == subscriber.actions
+                and app.actions == subscriber.actions
                 and not self._targets_changed(subscriber)
             ):
                 continue  # nothing tensor-related changed: send nothing
             sent = True  # something changed, if perhaps outside this window
-            subscriber.actions = session.actions
-            header = session.header(subscriber.target, counts=live.counts)
+            subscriber.actions = app.actions
+            header = app.header(subscriber.target, counts=live.counts)
             if header.target != live.target:
                 # the default target changed (a device appeared, meta was turned on): the
                 # rows' buttons depend on it, so send the whole window again
@@ -207,7 +216,7 @@ class SidebarChannel:
         """Whether the move targets differ from what this sidebar shows (a cell registered
         a device, without making a tensor): a few microseconds, so asked after every cell."""
         shown = subscriber.header["targets"] if subscriber.header is not None else None
-        return shown != [target.to_wire() for target in self.session.targets()]
+        return shown != [target.to_wire() for target in self.app.targets()]
 
     def send_rerun(self, cell_id: str) -> bool:
         """Ask the notebook to run one of its cells again (after a one-click fix). False when
@@ -265,25 +274,27 @@ class SidebarChannel:
             for each in list(self.comms.values()):
                 self._send(each, self._view(each))
         elif not ok:
-            self.push(self.session)  # moves and undos already pushed through after_action
+            self.push(self.app)  # moves and undos already pushed through after_action
 
     def answer(self, request: protocol.Request) -> tuple[bool, str, dict[str, Any] | None]:
         """(ok, one-line message, outcome) for a validated move / undo / refresh."""
         from ..moves import MoveError
 
-        session = self.session
+        app = self.app
         if request.type == "refresh":
-            session.full_scan()
+            app.full_scan()
             return True, "refreshed", None
         try:
             if request.type == "undo":
-                result = session.undo()
+                result = app.undo()
             else:
+                if request.device is None:  # parse_request gives a move its device
+                    raise MoveError("a move names no device")
                 names = self._checked_names(request.names)
-                result = session.move(request.device, names)
+                result = app.move(request.device, names)
         except MoveError as error:
             return False, str(error), protocol.outcome(request.type, False, str(error))
-        outcome = session.last_action
+        outcome = app.last_action
         return result.ok, outcome["message"] if outcome else result.summary(), outcome
 
     def _checked_names(self, names: tuple[str, ...] | None) -> list[str] | None:
@@ -291,7 +302,7 @@ class SidebarChannel:
 
         if names is None:
             return None
-        inventory = self.session.rescan()
+        inventory = self.app.rescan()
         # each name asked by itself: no record per tensor of a big namespace for one row
         unknown = [
             name for name in names if not any(not r.hidden for r in inventory.records_of(name))

@@ -1,40 +1,52 @@
 """The one-click fix under a diagnosis: "Move x to cuda:0 and re-run".
 
-A thin ipywidgets layer over the session: the move goes through the session's move engine (all
-or nothing, undoable, the same planner as every other move), then the session asks the notebook
-to run the failing cell again over the sidebar's comm. Without the labextension (VS Code,
+A thin ipywidgets layer over the controller: the move goes through
+:meth:`torchdevice_magic.app.DeviceController.move` (all or nothing, undoable, the same planner
+as every other move), then ``rerun(cell_id)`` asks the notebook to run the failing cell again
+over the sidebar's comm. Without the labextension (VS Code,
 classic Notebook, nbconvert) the button moves and says "moved: re-run the cell".
 
-A move is a trial until the cell runs again (:class:`FixTrial`, widget-free): if that run
-fails with a device error again, the move is undone and the new diagnosis says what was tried
-(:func:`settle_trial`); a run without error keeps it (:func:`keep_trial`).
+A move is a trial until the cell runs again (:class:`FixTrial`, widget-free, kept on the
+controller): if that run fails with a device error again, the move is undone and the new
+diagnosis says what was tried (:func:`settle_trial`); a run without error keeps it
+(:func:`keep_trial`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from ..app import DeviceController, WeakController
 
 log = logging.getLogger("torchdevice_magic")
 
 
-def fix_button(session: Any, action: Any, cell_id: str | None) -> Any:
+Rerun = Callable[[str | None], bool]
+
+
+def fix_button(app: DeviceController, action: Any, cell_id: str | None, rerun: Rerun) -> Any:
     """The button (in a box with a status line), or None when the move engine would refuse the
     move or ipywidgets is missing: only a fix the planner accepts is offered."""
-    if session.can_move(action.device, action.names) is not None:
+    if app.can_move(action.device, action.names) is not None:
         return None
     try:
         import ipywidgets as widgets
     except Exception:
         return None
-    return FixButton(session, action, cell_id, widgets).box
+    return FixButton(app, action, cell_id, rerun, widgets).box
 
 
 class FixButton:
-    def __init__(self, session: Any, action: Any, cell_id: str | None, widgets: Any) -> None:
-        self.session = session
+    def __init__(
+        self, app: DeviceController, action: Any, cell_id: str | None, rerun: Rerun, widgets: Any
+    ) -> None:
+        #: held weakly: the button outlives %unload_ext in the notebook's output
+        self._app = WeakController(app)
+        self.rerun = rerun
         self.action = action
         self.cell_id = cell_id
         self.moved: Any = None
@@ -51,6 +63,10 @@ class FixButton:
         self.button.on_click(self._clicked)
         self.box = widgets.HBox([self.button, self.status])
 
+    @property
+    def app(self) -> DeviceController:
+        return self._app()
+
     def _clicked(self, _button: Any = None) -> None:
         try:
             if self.moved is None:
@@ -63,7 +79,7 @@ class FixButton:
 
     def _move(self) -> None:
         try:
-            result = self.session.move(self.action.device, list(self.action.names))
+            result = self.app.move(self.action.device, list(self.action.names))
         except ValueError as error:  # MoveError (a ValueError): refused before anything moved
             self.status.value = _escape(f"not moved: {error}")
             return
@@ -72,8 +88,8 @@ class FixButton:
             return
         self.moved = result
         if result.can_undo:
-            self.session.pending_fix = FixTrial(self.action, result, self.cell_id)
-        if self.session.request_rerun(self.cell_id):
+            self.app.pending_fix = FixTrial(self.action, result, self.cell_id)
+        if self.rerun(self.cell_id):
             self.status.value = _escape(f"{result.summary()}; re-running the cell")
         else:
             self.status.value = _escape(f"moved: re-run the cell ({result.summary()})")
@@ -84,11 +100,11 @@ class FixButton:
             self.button.disabled = True
 
     def _undo(self) -> None:
-        stack = self.session.undo_stack
+        stack = self.app.undo_stack
         if not stack or stack[-1] is not self.moved:
             self.status.value = "another move came after this one: undo that first"
             return
-        result = self.session.undo()
+        result = self.app.undo()
         self.status.value = _escape(result.summary())
         if result.ok:
             self.button.disabled = True
@@ -103,24 +119,24 @@ class FixTrial:
     cell_id: str | None
 
 
-def keep_trial(session: Any) -> None:
+def keep_trial(app: DeviceController) -> None:
     """The cell ran without error after the move: the move stays, the trial is over."""
-    session.pending_fix = None
+    app.pending_fix = None
 
 
-def settle_trial(session: Any, diagnosis: Any, cell_id: str | None) -> Any:
+def settle_trial(app: DeviceController, diagnosis: Any, cell_id: str | None) -> Any:
     """A device error again after a one-click move: undo that move (if nothing came after it)
     and return the diagnosis saying what was tried, with no button for the same move again.
-    Any other diagnosis is returned as it is."""
-    trial: FixTrial | None = getattr(session, "pending_fix", None)
+    Without a pending trial (or for another cell) the diagnosis is returned as it is."""
+    trial: FixTrial | None = app.pending_fix
     if trial is None or (trial.cell_id and cell_id and trial.cell_id != cell_id):
         return diagnosis
-    session.pending_fix = None
+    app.pending_fix = None
     action = trial.action
     tried = f"Tried: moved {', '.join(action.names)} to {action.device} and ran the cell again"
-    stack = session.undo_stack
+    stack = app.undo_stack
     if stack and stack[-1] is trial.moved:
-        undone = session.undo()
+        undone = app.undo()
         outcome = (
             "it failed with a device error again, so the move was undone"
             if getattr(undone, "ok", False)

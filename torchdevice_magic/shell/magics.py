@@ -1,4 +1,5 @@
-"""``%%devicecheck`` and ``%devices``: thin wrappers over the session and the pure core."""
+"""``%%devicecheck`` and ``%devices``: thin wrappers over the controller
+(:class:`torchdevice_magic.app.DeviceController`, ``session.app``) and the pure core."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from ..units import device_sort_key
-from .session import DeviceSession, cell_names
+from .hooks import DeviceSession
 
 MAGIC_NAMES = {"cell": ["devicecheck"], "line": ["devices"]}
 
@@ -137,7 +138,8 @@ class DeviceMagics(Magics):
             session.suppress_auto_diagnosis -= 1
             session.checking = None
 
-        inventory = session.rescan(cell_names(cell, self.shell))
+        app = session.app
+        inventory = app.rescan(app.cell_names(cell))
         error = result.error_in_exec or result.error_before_exec
         if result.error_before_exec is None:
             show_trace(result.error_in_exec)  # unless the exception handler showed it
@@ -152,7 +154,7 @@ class DeviceMagics(Magics):
             session.checked_error = None
             raise CellFailed(f"%%devicecheck: the cell failed with a {kind} (shown above)")
 
-        used = inventory if args.all else inventory.subset(cell_names(cell, self.shell))
+        used = inventory if args.all else inventory.subset(app.cell_names(cell))
         spans = sorted(
             {d for r in used.records if not r.hidden for d in r.devices}, key=device_sort_key
         )
@@ -195,11 +197,11 @@ class DeviceMagics(Magics):
         """A static table of this moment ("as of [n]"), drawn from the view model."""
         from ..render import Table
 
-        session = self.session
+        app = self.session.app
         return Table(
             inventory,
-            session.targets(),
-            default_target=session.default_target(),
+            app.targets(),
+            default_target=app.default_target(),
             as_of=self.session.cell_number(),
             title=title,
         )
@@ -207,13 +209,13 @@ class DeviceMagics(Magics):
     def _move_before_running(self, read: list[str], device: str) -> None:
         from ..moves import MoveError
 
-        inventory = self.session.rescan()
+        inventory = self.session.app.rescan()
         movable = {r.root for r in inventory.records if r.movable and not r.hidden}
         names = [name for name in read if name in movable]
         if not names:
             return
         try:
-            result = self.session.move(device, names, allow_meta=True)
+            result = self.session.app.move(device, names, allow_meta=True)
         except MoveError as error:
             raise UsageError(f"--to {device}: {error}") from None
         if not result.ok:
@@ -274,14 +276,14 @@ class DeviceMagics(Magics):
         args = parse_argstring(self.devices, line)
         if args.holders or args.release is not None or args.timeline:
             return self._memory(args)
-        inventory = self.session.full_scan(include_hidden=args.hidden or None)
+        inventory = self.session.app.full_scan(include_hidden=args.hidden or None)
         if args.output:
             return inventory.to_frame()
         if not args.text and _widgets_render(self.shell):
             from .widget import DeviceTable
 
             table = DeviceTable(
-                self.session,
+                self.session.app,
                 include_hidden=args.hidden,
                 live=args.live,
                 as_of=self.session.cell_number(),
@@ -296,13 +298,13 @@ class DeviceMagics(Magics):
 
         if sum([args.holders, args.release is not None, args.timeline]) > 1:
             raise UsageError("use one of --holders, --release N, --timeline")
-        timeline = self.session.timeline
+        timeline = self.session.app.timeline
         if args.timeline:
             if args.output:
                 return timeline.to_frame()
             print(timeline.text(last=args.last))
             return None
-        found = self.session.holders()
+        found = self.session.app.holders()
         if args.holders:
             if args.output:
                 return found
@@ -315,7 +317,7 @@ class DeviceMagics(Magics):
         holder = found[args.release]
         freed = holder.release()
         print(f"{holder.where}: {holder.note}; freed {format_bytes(freed)}")
-        self.session.full_scan()
+        self.session.app.full_scan()
         return None
 
 

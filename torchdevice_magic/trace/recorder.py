@@ -17,7 +17,7 @@ from typing import Any
 from .assembly import Places, assemble_report
 from .findings import Findings
 from .locate import FrameLocator
-from .modes import mode_classes
+from .modes import Recorder, mode_classes
 from .ops import (
     COPY,
     HOST_READ,
@@ -105,11 +105,12 @@ class Tracer:
         modes = mode_classes()
         self._tensor = sys.modules["torch"].Tensor
         self._modes = []
+        recorder: Recorder = self  # the modes' side of the recorder, checked by mypy
         try:
             if self.track_modules and modes.tracker is not None:
-                self._enter(modes.tracker(self))
-            self._enter(modes.function(self))
-            self._enter(modes.dispatch(self))
+                self._enter(modes.tracker(recorder))
+            self._enter(modes.function(recorder))
+            self._enter(modes.dispatch(recorder))
         except BaseException:
             self._exit_all(None, None, None)
             raise

@@ -12,8 +12,8 @@ ipywidgets table and the JupyterLab sidebar only draw what this module computes:
 * the default target and the enabled/disabled state of every button, with the reason.
 
 Its parts: :mod:`.rows` (rows and sort keys), :mod:`.header` (totals, targets, buttons),
-:mod:`.windows` (specs, windows, deltas), :mod:`.live` (:class:`LiveWindow`). Everything is
-importable from here.
+:mod:`.windows` (specs, windows, deltas), :mod:`.live` (:class:`LiveWindow`), :mod:`.timeline`
+(the memory chart's label and tooltips). Everything is importable from here.
 
 :class:`LiveWindow` keeps one window of a changing namespace up to date and says what changed
 (:func:`apply_delta` on the previous window gives exactly a fresh window; a property test
@@ -59,6 +59,7 @@ from .rows import (
     sort_key,
     status_text,
 )
+from .timeline import change_text, held_label, point_tooltip, timeline_texts
 from .windows import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -94,18 +95,21 @@ __all__ = [
     "WindowSpec",
     "apply_delta",
     "as_source",
+    "change_text",
     "choose_target",
     "column_head",
     "device_bars",
     "diff_windows",
     "filter_words",
     "header",
+    "held_label",
     "in_words",
     "make_row",
     "matches",
     "move_selected_action",
     "natural_key",
     "natural_keys",
+    "point_tooltip",
     "root_devices_of",
     "row_action",
     "shape_text",
@@ -113,6 +117,7 @@ __all__ = [
     "sort_key",
     "status_text",
     "tally",
+    "timeline_texts",
     "totals_note",
     "unavailable",
     "undo_action",

@@ -3,7 +3,8 @@
  */
 import type { ISessionContext } from '@jupyterlab/apputils';
 
-import { DeviceConnection, isPythonLanguage, LOAD_CODE } from '../connection';
+import { DeviceConnection } from '../connection';
+import { isPythonLanguage, LOAD_CODE } from '../kernel';
 import { BUSY_NOTICE, DevicePanel } from '../panel';
 import {
   connectedPanel,

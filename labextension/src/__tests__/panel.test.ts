@@ -3,8 +3,13 @@
  * bars, the totals note and every button's state and reason come from the
  * view; sorting, searching, paging and the target are requests to the kernel.
  */
+import { Signal } from '@lumino/signaling';
+
+import { DEFAULT_SPEC } from '../requests';
 import { DevicePanel, FILTER_DELAY_MS } from '../panel';
-import type { IDeltaMessage, IRow, IViewMessage } from '../protocol';
+import type { IDeltaMessage, IRow, IViewMessage, IWindowSpec } from '../protocol';
+import type { ConnectionState, IDeviceSource, IStatusLine } from '../tokens';
+import { fromView, IMirror } from '../window';
 import {
   connectedPanel,
   fixtureNames,
@@ -219,5 +224,69 @@ describe('the status line', () => {
     expect(text(h.panel, '.jp-TorchDevices-status')).toBe(
       'Moved 3 objects (37.2 KiB) to meta in 2 ms; 1 skipped — skipped opt: optimizer state is already with its parameters'
     );
+  });
+});
+
+/** An IDeviceSource with no kernel behind it: the panel needs nothing more. */
+class PlainSource implements IDeviceSource {
+  constructor(view: IViewMessage) {
+    this.view = fromView(view);
+  }
+
+  readonly changed: Signal<IDeviceSource, void> = new Signal<IDeviceSource, void>(this);
+  state: ConnectionState = 'ready';
+  view: IMirror | null;
+  spec: IWindowSpec = { ...DEFAULT_SPEC };
+  timeline = null;
+  status: IStatusLine | null = null;
+  busy = false;
+  actionPending = false;
+  connected = true;
+  language = 'python';
+  received = { view: 1, delta: 0 };
+  asked: unknown[][] = [];
+
+  refresh(): string | null {
+    this.asked.push(['refresh']);
+    return 'r';
+  }
+
+  requestWindow(spec: IWindowSpec): string | null {
+    this.asked.push(['window', spec.sort]);
+    return 'w';
+  }
+
+  move(device: string, names: string[] | null): string | null {
+    this.asked.push(['move', device, names]);
+    return 'm';
+  }
+
+  undo(): string | null {
+    this.asked.push(['undo']);
+    return 'u';
+  }
+
+  loadExtension(): Promise<void> {
+    this.asked.push(['load']);
+    return Promise.resolve();
+  }
+}
+
+describe('the panel depends on IDeviceSource only', () => {
+  it("draws any source and sends it the user's requests", () => {
+    const source = new PlainSource(loadFixture('basic'));
+    const panel = new DevicePanel();
+    disposables.push(panel);
+    panel.setConnection(source, 'plain');
+    expect(rowNames(panel)).toEqual(loadFixture('basic').window.rows.map(r => r.name));
+    q<HTMLButtonElement>(panel.node, 'button[data-sort="name"]').click();
+    q<HTMLButtonElement>(panel.node, 'button.jp-TorchDevices-moveAll').click();
+    expect(source.asked).toEqual([
+      ['window', 'name'],
+      ['move', 'meta', null]
+    ]);
+    source.state = 'dead';
+    source.changed.emit();
+    expect(panel.node.dataset.state).toBe('dead');
   });
 });

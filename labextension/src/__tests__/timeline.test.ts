@@ -3,15 +3,15 @@
  * tooltips, and the panel drawing what the kernel sent (and nothing it cannot
  * read).
  */
-import {
-  buildCharts,
-  heldText,
-  ITimelineMessage,
-  ITimelineRow,
-  pointTitle,
-  timelineProblem
-} from '../timeline';
-import { connectedPanel, fixtureNames, IHarness, loadFixture } from './fakes';
+import * as fs from 'fs';
+import * as path from 'path';
+
+import { buildCharts, ITimelineMessage, ITimelineRow, timelineProblem } from '../timeline';
+import { connectedPanel, FIXTURE_DIR, fixtureNames, IHarness, loadFixture } from './fakes';
+
+/** The kernel's timeline message for a table of sizes (tests/test_fixtures.py writes it). */
+const kernelTimeline = (): ITimelineMessage =>
+  JSON.parse(fs.readFileSync(path.join(FIXTURE_DIR, 'timeline.json'), 'utf-8')) as ITimelineMessage;
 
 const row = (
   cell: number,
@@ -27,6 +27,8 @@ const row = (
   changes: [],
   note: '',
   outside: 0,
+  label: `cpu: ${bytes} bytes held`,
+  tooltip: `cell ${cell}: ${delta} bytes`,
   ...extra
 });
 
@@ -73,40 +75,49 @@ describe('buildCharts', () => {
     const rows = [
       row(1, 1024, 1024),
       row(1, 2048, 2048, { device: 'cuda:0' }),
-      row(2, 3072, 2048, { changes: [['losses: 8 autograd graphs', 2048]] }),
+      row(2, 3072, 2048, { label: 'cpu: the kernel says 3 KiB' }),
       row(2, 2048, 0, { device: 'cuda:0' })
     ];
     const charts = buildCharts(rows);
     expect(charts.map(c => c.dataset.device)).toEqual(['cpu', 'cuda:0']);
     const cpu = charts[0];
     expect(cpu.querySelectorAll('circle')).toHaveLength(2);
-    expect(cpu.textContent).toContain('cpu: 3.0 KiB held (+2.0 KiB last cell)');
+    expect(cpu.querySelector('.jp-TorchDeviceMagic-timeline-label')!.textContent).toBe(
+      'cpu: the kernel says 3 KiB'
+    );
     const title = cpu.querySelectorAll('circle')[1].querySelector('title')!.textContent;
-    expect(title).toBe('cell 2, cpu: 3.0 KiB (+2.0 KiB)\nlosses: 8 autograd graphs +2.0 KiB');
+    expect(title).toBe('cell 2: 2048 bytes');
     expect(cpu.querySelector('polyline')!.getAttribute('points')!.split(' ')).toHaveLength(2);
   });
 
-  it('keeps names as text (no markup from the kernel)', () => {
+  it("keeps the kernel's words as text (no markup from the kernel)", () => {
     const charts = buildCharts([
-      row(5, 10, 10, { changes: [['<img src=x onerror=alert(1)>', 10]] })
+      row(5, 10, 10, { tooltip: 'cell 5\n<img src=x onerror=alert(1)>' })
     ]);
     expect(charts[0].querySelector('img')).toBeNull();
     expect(charts[0].querySelector('title')!.textContent).toContain('<img src=x onerror=alert(1)>');
   });
 
-  it('says what of the held bytes is outside the variables, as the table counts them', () => {
-    expect(heldText(row(3, 50688, 0))).toBe('cpu: 49.5 KiB held (+0 B last cell)');
-    expect(heldText(row(3, 50688, 0, { outside: 5632 }))).toBe(
-      'cpu: 49.5 KiB held, 5.5 KiB of it outside your variables (+0 B last cell)'
+  it("shows every size as the kernel wrote it, on the kernel's table of sizes", () => {
+    const message = kernelTimeline();
+    expect(timelineProblem(message)).toBeNull();
+    const chart = buildCharts(message.rows)[0];
+    const last = message.rows[message.rows.length - 1];
+    expect(chart.querySelector('.jp-TorchDeviceMagic-timeline-label')!.textContent).toBe(
+      last.label
     );
-    expect(timelineProblem(message([{ ...row(1, 1, 1), outside: 0.5 }]))).toContain("'outside'");
+    const titles = Array.from(chart.querySelectorAll('circle title')).map(t => t.textContent);
+    expect(titles).toEqual(message.rows.map(r => r.tooltip));
+    // 1,280 B is 1.25 KiB: the kernel writes 1.2 KiB where toFixed(1) would write 1.3 KiB
+    const row1280 = message.rows.find(r => r.bytes === 1280)!;
+    expect(titles[message.rows.indexOf(row1280)]).toMatch(/^cell \d+, cpu: 1\.2 KiB /);
   });
 
-  it('says the peak and the note', () => {
-    const text = pointTitle(
-      row(7, 0, -4096, { peak: 8192, note: 'del x freed nothing of 4.0 KiB' })
-    );
-    expect(text).toBe('cell 7, cpu: 0 B (-4.0 KiB), peak 8.0 KiB\ndel x freed nothing of 4.0 KiB');
+  it('a row without its words is not drawn', () => {
+    const bare: Partial<ITimelineRow> = row(1, 1, 1);
+    delete bare.label;
+    expect(timelineProblem(message([bare as ITimelineRow]))).toContain("'label'");
+    expect(timelineProblem(message([{ ...row(1, 1, 1), outside: 0.5 }]))).toContain("'outside'");
   });
 });
 
@@ -116,13 +127,14 @@ describe('the panel', () => {
     const chart = harness.panel.node.querySelector<HTMLElement>('.jp-TorchDeviceMagic-timeline')!;
     expect(chart.hidden).toBe(true);
 
-    harness.comm.receive(message([row(4, 1048576, 1048576, { changes: [['x', 1048576]] })]));
+    harness.comm.receive(kernelTimeline());
     expect(chart.hidden).toBe(false);
-    expect(chart.textContent).toContain('cpu: 1.0 MiB held (+1.0 MiB last cell)');
-    expect(harness.connection.timeline?.seq).toBe(3);
+    const rows = kernelTimeline().rows;
+    expect(chart.textContent).toContain(rows[rows.length - 1].label);
+    expect(harness.connection.timeline?.seq).toBe(5);
 
     harness.comm.receive({ ...message([]), rows: [{ cell: 'x' }] });
-    expect(harness.connection.timeline?.seq).toBe(3); // the bad one was dropped
-    expect(chart.textContent).toContain('cpu: 1.0 MiB held');
+    expect(harness.connection.timeline?.seq).toBe(5); // the bad one was dropped
+    expect(chart.textContent).toContain(rows[rows.length - 1].label);
   });
 });

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from torchdevice_magic import protocol
-from torchdevice_magic.shell.session import get_session
+from torchdevice_magic.shell import get_session
 from torchdevice_magic.viewmodel import Target
 
 
@@ -299,12 +299,12 @@ def test_cells_push_deltas_and_nothing_when_nothing_changed(channel, shell):
     assert fake.sent == []
     # a cell that makes a device available (and no tensor): the targets and buttons follow
     session = get_session(shell)
-    more = [*session.targets(), Target("simdev:0", True, "")]
-    session.targets = lambda: more
+    more = [*session.app.targets(), Target("simdev:0", True, "")]
+    session.app.targets = lambda: more
     try:
         shell.run_cell("n = 2")
     finally:
-        del session.targets
+        del session.app.targets
     assert fake.sent and fake.sent[0]["type"] in ("delta", "view")
     for message in fake.sent:
         mirror.apply(message)
@@ -318,21 +318,21 @@ def test_cells_push_deltas_and_nothing_when_nothing_changed(channel, shell):
 def test_importing_torch_later_sends_a_whole_view():
     from IPython.testing.globalipapp import get_ipython
 
-    from torchdevice_magic.shell.session import DeviceSession
+    from torchdevice_magic.app import DeviceController
     from torchdevice_magic.viewmodel import LiveWindow, WindowSpec
 
     ip = get_ipython()
-    session = DeviceSession(ip)
+    app = DeviceController(ip.user_ns)
     fake = FakeComm()
     from torchdevice_magic.shell.comm import SidebarChannel, _Subscriber
 
-    channel = SidebarChannel(session)
+    channel = SidebarChannel(app)
     subscriber = _Subscriber(fake)
     channel.comms["fake"] = subscriber
     subscriber.header = {"torch_imported": False}
     subscriber.live = LiveWindow(WindowSpec())
     subscriber.live.reset([], WindowSpec(), None)
-    channel.push(session)  # torch is imported in this process: the sidebar gets a whole view
+    channel.push(app)  # torch is imported in this process: the sidebar gets a whole view
     assert kinds(fake.sent) == ["view"] and fake.sent[0]["header"]["torch_imported"]
 
 

@@ -1,4 +1,4 @@
-"""A simulated accelerator: a second device that keeps data, for machines without a GPU.
+"""The simulated accelerator's backend: a second device that keeps data, for CPU-only machines.
 
     from torchdevice_magic.testing import simulated_accelerator
     device_type = simulated_accelerator()          # "simdev"
@@ -10,15 +10,17 @@
 It is a pure-Python PrivateUse1 backend (``torch.utils.backend_registration``): a tensor on it is
 a storage-less wrapper (:class:`SimulatedTensor`) whose values live in a CPU tensor; one boxed
 fallback runs every aten operator on those CPU values and wraps the results again. So it keeps
-values, moves bit-exactly both ways, runs autograd and optimizers (SGD, Adam, fused AdamW) and
-raises the device-mismatch message users really see on an accelerator -- which ``meta`` does not
-(on torch 2.13 ``matmul``/``linear``/``bmm``/``embedding`` with one meta input return garbage).
+values, moves bit-exactly both ways, runs autograd and optimizers (SGD, Adam, fused AdamW), and
+when an operator's arguments mix devices it does what CUDA does (:mod:`.cuda_rules`: the mixes
+CUDA accepts, and each operator family's message) -- which ``meta`` does not (on torch 2.13
+``matmul``/``linear``/``bmm``/``embedding`` with one meta input return garbage).
 
 A wrapper's own strides are always contiguous (torch offers a Python backend no way to make a
 storage-less tensor with other strides); operators only ever see the host values, which keep the
 real strides and aliasing, and fused optimizer kernels get contiguous copies.
 
-What it does not have: pinned memory, memory statistics, streams or ``synchronize``;
+What it does not have: pinned memory, memory statistics, streams, events or asynchrony (its
+``synchronize`` has nothing to wait for), a second device, DataParallel's scatter, cuDNN-only paths;
 ``data_ptr()`` is 0 (the values' storage is reachable through ``__tensor_flatten__``, which is how
 :mod:`torchdevice_magic.objects` keys its storages -- the same protocol any wrapper tensor has).
 
@@ -32,6 +34,8 @@ from __future__ import annotations
 
 import traceback
 from typing import Any, SupportsIndex
+
+from .cuda_rules import accepts_cpu_scalars, device_error
 
 DEVICE_TYPE = "simdev"
 
@@ -220,9 +224,8 @@ def _rebuild(host: Any) -> Any:
     return _wrapper_class()(host)
 
 
-# Copies between devices are the one thing that may mix devices; every other operator with
-# tensors on the simulated device and (non-scalar) tensors on the CPU fails the way TensorIterator
-# does on an accelerator.
+# Copies between devices mix devices by design; every other operator with tensors on the
+# simulated device and elsewhere follows CUDA's rules (cuda_rules.py).
 _CROSS_DEVICE_OPS = frozenset(
     ("aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::to")
 )
@@ -264,10 +267,11 @@ class _Call:
     Arguments are walked directly (tensors, devices, and the lists/tuples aten takes), not with
     pytree: this runs for every operator and pytree was three quarters of its cost."""
 
-    __slots__ = ("devices", "hosts", "host_args")
+    __slots__ = ("devices", "cpu_scalars", "hosts", "host_args")
 
     def __init__(self) -> None:
-        self.devices: list[Any] = []  # distinct devices of non-scalar tensor arguments, in order
+        self.devices: set[Any] = set()  # the devices of the tensor arguments but CPU scalars
+        self.cpu_scalars = False  # whether a 0-dim CPU tensor was passed
         self.hosts: dict[int, Any] = {}  # id(host values) -> the simulated tensor they back
         self.host_args: set[int] = set()  # ids of CPU tensors passed in
 
@@ -278,12 +282,13 @@ class _Call:
             if value.device.type == DEVICE_TYPE:
                 host = _host_of(value)
                 self.hosts[id(host)] = value
-                self._saw(value.device)
+                self.devices.add(value.device)
                 return host
             self.host_args.add(id(value))
-            # a 0-dim CPU tensor is a scalar to TensorIterator and may join any device
-            if not (value.device.type == "cpu" and value.dim() == 0):
-                self._saw(value.device)
+            if value.device.type == "cpu" and value.dim() == 0:
+                self.cpu_scalars = True
+            else:
+                self.devices.add(value.device)
             return value
         if isinstance(value, (list, tuple)):
             return type(value)(self.unwrap(item) for item in value)
@@ -292,10 +297,6 @@ class _Call:
         if isinstance(value, str) and value.partition(":")[0] == DEVICE_TYPE:
             return "cpu"
         return value
-
-    def _saw(self, device: Any) -> None:
-        if device not in self.devices:
-            self.devices.append(device)
 
     def input_storages(self) -> set[int]:
         return {host.untyped_storage().data_ptr() for host in self.hosts_values()}
@@ -341,11 +342,13 @@ def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
     call = _Call()
     host_args = [call.unwrap(a) for a in args]
     host_kwargs = {key: call.unwrap(value) for key, value in kwargs.items()}
-    if len(call.devices) > 1 and name not in _CROSS_DEVICE_OPS:
-        raise RuntimeError(
-            "Expected all tensors to be on the same device, but found at least two devices, "
-            f"{call.devices[0]} and {call.devices[1]}!"
-        )
+    mixed = len(call.devices) > 1 or (
+        call.cpu_scalars and call.devices and not accepts_cpu_scalars(op)
+    )
+    if mixed and name not in _CROSS_DEVICE_OPS:
+        error = device_error(op, args, kwargs)  # None for the mixes CUDA accepts
+        if error is not None:
+            raise error
     if name in ("aten::_copy_from", "aten::_copy_from_and_resize"):
         # copy_ between devices reaches a backend as _copy_from(src, dst), which has no CPU
         # kernel: copy the host values, and answer with the destination as the caller knows it

@@ -1,0 +1,52 @@
+"""A namespace grown cell by cell ends with its plain tensors in the columns, as if made in one
+go: what a view reads costs no record per tensor, and the facts are those of a fresh scan."""
+
+from __future__ import annotations
+
+import torch
+from test_book import facts
+
+import torchdevice_magic as tdm
+from torchdevice_magic.scan import Scanner
+
+
+def _grow(namespace: dict, scanner: Scanner, start: int, stop: int) -> tdm.Inventory:
+    for i in range(start, stop):
+        namespace[f"t{i}"] = torch.zeros(i % 7 + 1)
+    return scanner.scan(namespace, changed=[f"t{i}" for i in range(start, stop)])
+
+
+def test_tensors_made_by_later_cells_end_in_the_columns_with_the_same_facts():
+    namespace: dict = {"first": torch.ones(2)}
+    scanner = Scanner()
+    scanner.scan(namespace, full=True)
+    namespace["model"] = torch.nn.Linear(2, 2)
+    namespace["alias"] = namespace["first"][1:]  # shares a storage: still counted once
+    namespace["grad"] = torch.ones(3, requires_grad=True)  # stays an entry (volatile)
+    namespace["meta"] = torch.ones(3, device="meta")  # no data pointer: stays an entry
+    reached = 0
+    for stop in (600, 1_500, 3_000, 6_000):  # cells of growth, as a notebook grows
+        inventory = _grow(namespace, scanner, reached, stop)
+        reached = stop
+        assert facts(inventory) == facts(tdm.scan(namespace))
+    # (the last fold was at most a quarter of the namespace plus 1024 names ago)
+    columns = inventory.view_columns()
+    assert len(columns.names) >= 6_000 - 1_024 - 6_000 // 4
+    assert "grad" not in columns.names and "meta" not in columns.names
+    assert len(inventory.other_records()) < 1_024 + 2_000
+    # a later cell rebinding a folded name, deleting one: still a fresh scan's facts
+    namespace["t10"] = torch.zeros(100)
+    del namespace["t11"]
+    later = scanner.scan(namespace, changed=["t10", "t11"])
+    assert facts(later) == facts(tdm.scan(namespace))
+    assert set(later.view_changes(inventory) or {}) >= {"t10", "t11"}
+
+
+def test_a_namespace_made_in_one_cell_is_folded_at_once():
+    namespace: dict = {"first": torch.ones(2)}
+    scanner = Scanner()
+    scanner.scan(namespace, full=True)
+    inventory = _grow(namespace, scanner, 0, 5_000)
+    assert len(inventory.view_columns().names) == 5_001
+    assert inventory.other_records() == []
+    assert facts(inventory) == facts(tdm.scan(namespace))

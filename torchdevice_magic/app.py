@@ -1,0 +1,455 @@
+"""The controller: what the extension does for one namespace, without IPython.
+
+:class:`DeviceController` owns the incremental scan, the shared move/undo history, the move
+targets, the view model's header, the memory timeline and the live views that follow it. The
+IPython layer (:mod:`torchdevice_magic.shell`) adapts a shell to it: the post-execute hook
+calls :meth:`DeviceController.scan_after_cell`, the sidebar's comm and the widget ask for
+headers and call :meth:`DeviceController.move`, a diagnosis comes from
+:meth:`DeviceController.diagnose`. Like IPython's autoreload (the logic in a plain class, the
+magics a thin wrapper), nothing here imports IPython, traitlets, ipywidgets or comm, so a
+script or a test drives it with a plain dict and a :class:`Settings`.
+
+Torch is never imported here: every method that needs it runs only once the user did.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import weakref
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Protocol
+
+from . import protocol, viewmodel
+from .memory import HolderList, Timeline, device_figures, follow, shell_references
+from .scan import Inventory, Scanner, orphan_warning
+
+log = logging.getLogger("torchdevice_magic")
+
+
+class Settings(Protocol):
+    """What the controller reads of the user's settings (the shell's traitlets config is one;
+    :class:`PlainSettings` another)."""
+
+    allow_meta_target: bool
+    include_hidden: bool
+    default_device: str
+
+
+@dataclass
+class PlainSettings:
+    """:class:`Settings` for a controller without a shell (scripts, tests)."""
+
+    allow_meta_target: bool = False
+    include_hidden: bool = False
+    default_device: str = ""
+
+
+class View(Protocol):
+    """A live view (the ``%devices --live`` table): redrawn after every cell and action."""
+
+    def refresh(self, controller: DeviceController) -> None: ...
+
+
+Listener = Callable[["DeviceController"], None]
+CellParser = Callable[[str], Any]
+
+
+def _parse_plain(cell: str) -> Any:
+    from .diagnose import parse_cell
+
+    return parse_cell(cell)
+
+
+class DeviceController:
+    """Scan, move/undo history, targets, header, memory and listeners for one namespace.
+
+    ``parse_cell(source)``: the cell's parse (the shell's own transforms turn magics into
+    code first); ``cell_number()``: the ``[n]`` of the cell running now, where there is one.
+    What a shell keeps besides the namespace (outputs, the last error) is found from the
+    namespace itself (:mod:`torchdevice_magic.memory.interactive`).
+    """
+
+    def __init__(
+        self,
+        namespace: MutableMapping[str, Any],
+        settings: Settings | None = None,
+        *,
+        parse_cell: CellParser = _parse_plain,
+        cell_number: Callable[[], int | None] = lambda: None,
+    ) -> None:
+        self.namespace = namespace
+        self.settings: Settings = settings if settings is not None else PlainSettings()
+        self.parse_cell = parse_cell
+        self.cell_number = cell_number
+        #: the incremental scan state; ``inventory`` is its latest (immutable) result
+        self.scanner = Scanner()
+        self.inventory: Inventory | None = None
+        self.undo_stack: list[Any] = []
+        #: a one-click move waiting for its cell's re-run (shell/fixbutton.FixTrial)
+        self.pending_fix: Any = None
+        self.last_action: dict[str, Any] | None = None
+        #: counts view refreshes (the protocol's sequence number of a timeline message)
+        self.seq = 0
+        #: counts moves, undos and refreshes: a view that saw fewer must redraw its header
+        self.actions = 0
+        #: False after a move to meta (which cannot be undone and cleared the history)
+        self.last_undoable = True
+        # the error a shell keeps, asked after every cell (found once, here)
+        self.timeline = Timeline(last_error=shell_references(namespace)[1])
+        #: holders(namespace) names second names from this timeline too, as long as it lives
+        self._following = follow(namespace, self.timeline.forgotten)
+        self._views: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._listeners: list[Listener] = []
+        self._warned: set[tuple[Any, ...]] = set()
+
+    # -- scanning --------------------------------------------------------------------------
+    def rescan(self, changed: tuple[str, ...] | list[str] = (), recheck: bool = True) -> Inventory:
+        self.scanner.last = self.inventory  # whatever the controller last showed
+        self.inventory = self.scanner.scan(
+            self.namespace,
+            include_hidden=self.settings.include_hidden,
+            changed=changed,
+            recheck=recheck,
+        )
+        return self.inventory
+
+    def full_scan(self, include_hidden: bool | None = None) -> Inventory:
+        hidden = self.settings.include_hidden if include_hidden is None else include_hidden
+        self.inventory = self.scanner.scan(self.namespace, include_hidden=hidden, full=True)
+        return self.inventory
+
+    def current_inventory(self) -> Inventory:
+        if self.inventory is None or (not self.inventory.torch_imported and "torch" in sys.modules):
+            return self.rescan()
+        return self.inventory
+
+    def cell_names(self, cell: str) -> tuple[str, ...]:
+        """The global names a cell mentions (a superset of those it binds), from its bytecode.
+
+        The rescan checks tensors among these even when the id is unchanged: a freed tensor's
+        id can be reused by the new one the cell created under the same name. The cell is
+        parsed once; a diagnosis of the same cell reuses the parse.
+        """
+        return self.parse_cell(cell).global_names if cell else ()
+
+    def scan_after_cell(self, cell: str) -> tuple[tuple[str, ...], Inventory]:
+        """The names a cell mentions and the scan after it (incremental: what it named, and
+        modules and optimizers only where it may have reached one)."""
+        names = self.cell_names(cell)
+        only_data = touches_only_data(names, self.namespace, self.inventory)
+        return names, self.rescan(names, recheck=not only_data)
+
+    # -- targets and header ----------------------------------------------------------------
+    def targets(self) -> list[viewmodel.Target]:
+        if "torch" not in sys.modules:
+            return []
+        from .moves import available_devices
+
+        return [
+            viewmodel.Target(device, enabled, reason)
+            for device, enabled, reason in available_devices(self.settings.allow_meta_target)
+        ]
+
+    def choose_target(self, wanted: str | None = None) -> str | None:
+        """The target a view shows: ``wanted`` while it is enabled, else the default."""
+        return viewmodel.choose_target(self.targets(), wanted, self.default_target())
+
+    def default_target(self) -> str | None:
+        if "torch" not in sys.modules:
+            return None
+        if self.settings.default_device:
+            return self.settings.default_device
+        from .moves import best_device
+
+        best = best_device()
+        # meta is only ever enabled to stand in for a missing accelerator: make it the default
+        if best == "cpu" and self.settings.allow_meta_target:
+            return "meta"
+        return best
+
+    def header(
+        self,
+        target: str | None = None,
+        *,
+        inventory: Inventory | None = None,
+        counts: viewmodel.Tally | None = None,
+        busy: bool = False,
+    ) -> viewmodel.Header:
+        """The view model's header (totals, targets, buttons and reasons)."""
+        return viewmodel.header(
+            inventory if inventory is not None else self.current_inventory(),
+            self.targets(),
+            target=target,
+            default_target=self.default_target(),
+            undo_summary=self.undo_stack[-1].summary() if self.undo_stack else None,
+            last_undoable=self.last_undoable,
+            busy=busy,
+            counts=counts,
+        )
+
+    # -- moves, shared by the widget, the sidebar, the fix button and %%devicecheck --to ----
+    def move(
+        self,
+        device: str,
+        names: list[str] | tuple[str, ...] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        allow_meta: bool | None = None,
+    ) -> Any:
+        """Move through the all-or-nothing engine; remember the result for undo.
+
+        ``allow_meta``: None follows the settings (one-click moves); a device the user typed
+        (``%%devicecheck --to meta``) passes True.
+        """
+        from .moves import move
+
+        result = move(
+            self.namespace,
+            device,
+            names,
+            allow_meta=self.settings.allow_meta_target if allow_meta is None else allow_meta,
+            progress=progress,
+        )
+        summary = result.summary()
+        if result.ok and result.moved:
+            if result.can_undo:
+                self.undo_stack.append(result)
+                self.last_undoable = True
+            else:
+                # nothing moved to meta can come back, so no earlier move can be undone either
+                self.undo_stack.clear()
+                self.last_undoable = False
+                summary += " (cannot be undone: meta keeps no data)"
+        self.last_action = _outcome("move", result.ok, summary, result.skipped)
+        self.after_action()
+        return result
+
+    def undo(self, progress: Callable[[int, int], None] | None = None) -> Any:
+        if not self.undo_stack:
+            from .moves import MoveError
+
+            raise MoveError("nothing to undo")
+        result = self.undo_stack[-1].undo(progress=progress)
+        if result.ok:
+            self.undo_stack.pop()
+        self.last_action = _outcome("undo", result.ok, result.summary(), result.skipped)
+        self.after_action()
+        return result
+
+    def can_move(self, device: str, names: tuple[str, ...] | list[str]) -> str | None:
+        """None when the move engine accepts this move (planned, nothing done), else why not."""
+        try:
+            from .moves import plan_move, resolve_device
+
+            dest = resolve_device(device, self.settings.allow_meta_target)
+            plan_move(self.namespace, dest, list(names))
+        except Exception as error:  # MoveError: the planner refused, with its reason
+            return str(error) or type(error).__name__
+        return None
+
+    def after_action(self) -> None:
+        # a move rebinds names and moves modules in place: look at everything again
+        self.actions += 1
+        self.full_scan()
+        self.refresh_views()
+
+    def settings_changed(self) -> None:
+        """A setting the scan or the targets read changed: look again, redraw the views."""
+        if "torch" in sys.modules:
+            self.full_scan()
+        self.refresh_views()
+
+    # -- live views and listeners ----------------------------------------------------------
+    def add_view(self, view: View) -> None:
+        """A view is held weakly (a closed widget just goes)."""
+        self._views.add(view)
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def has_views(self) -> bool:
+        return bool(self._listeners) or len(self._views) > 0
+
+    def refresh_views(self) -> None:
+        if self.inventory is None:
+            self.rescan()
+        self.seq += 1
+        for view in list(self._views):
+            _quietly(view.refresh, self)
+        for listener in list(self._listeners):
+            _quietly(listener, self)
+
+    # -- diagnosis -------------------------------------------------------------------------
+    def diagnose(
+        self,
+        error: BaseException,
+        cell: str,
+        target: str | None = None,
+        target_reason: str = "as asked",
+    ) -> Any:
+        """The diagnosis of a device-mismatch error raised by ``cell`` (None for others)."""
+        from .diagnose import diagnose
+
+        return diagnose(
+            error,
+            self.namespace,
+            self.parse_cell(cell),
+            target=target,
+            allow_meta=self.settings.allow_meta_target,
+            target_reason=target_reason,
+        )
+
+    # -- memory: per-cell timeline, holders, out-of-memory (logic in .memory) --------------
+    def record_memory(
+        self,
+        cell: int,
+        names: tuple[str, ...],
+        inventory: Inventory,
+        peak_from_cell_start: bool,
+    ) -> list[str]:
+        """Add cell ``cell`` to the memory timeline (reusing the hook's scan); the leak
+        warnings it gives."""
+        try:
+            figures = device_figures()
+            if not peak_from_cell_start:  # the peak is since some earlier cell: not shown
+                figures = {d: (a, r, None) for d, (a, r, _) in figures.items()}
+            _, warnings = self.timeline.record(cell, inventory, self.namespace, names, cuda=figures)
+        except Exception:  # the timeline must never cost the user the diagnosis
+            log.exception("torchdevice_magic: recording this cell's memory failed")
+            return []
+        return list(warnings)
+
+    def holders(self, device: str | None = None) -> HolderList:
+        """What keeps tensor memory alive outside the named variables (a fresh full scan):
+        :func:`torchdevice_magic.holders` of the namespace, the same call a user makes."""
+        from .memory import holders
+
+        return HolderList(holders(self.namespace, device, inventory=self.full_scan()))
+
+    def explain_oom(self, error: BaseException) -> Any:
+        """An out-of-memory error in the user's names (None for other errors)."""
+        from .memory import explain_oom
+
+        return explain_oom(error, self.namespace, inventory=self.inventory)
+
+    def timeline_message(self) -> dict[str, Any] | None:
+        """The sidebar's ``timeline`` message (None before any cell was recorded)."""
+        if not self.timeline.rows:
+            return None
+        return protocol.timeline(self.timeline.to_json(protocol.TIMELINE_ROWS), seq=self.seq)
+
+    # -- warnings ----------------------------------------------------------------------------
+    def new_mixed_warnings(self, inventory: Inventory) -> list[str]:
+        """Orphaned optimizers and modules spanning devices not warned about before."""
+        found = []
+        if inventory.objects_changed:  # only a new or changed module/optimizer can orphan one
+            for orphan in inventory.orphaned_optimizers():
+                if ("orphan", *orphan) not in self._warned:
+                    self._warned.add(("orphan", *orphan))
+                    found.append(orphan_warning(*orphan))
+        for record in inventory.mixed_records():
+            key = (record.name, record.devices, record.note)
+            if key in self._warned:
+                continue
+            self._warned.add(key)
+            if record.kind == "optimizer":
+                found.append(f"{record.name}: {record.note}")
+            else:
+                found.append(f"{record.name} ({record.type}) spans {', '.join(record.devices)}")
+        return found
+
+
+class ControllerGone(RuntimeError):
+    """The controller a view was made for is gone: the extension was unloaded."""
+
+
+class WeakController:
+    """A view's handle on its controller that does not keep it alive: a table or a fix button
+    shown in a notebook outlives ``%unload_ext`` (the front end keeps the widget), and must not
+    keep the controller, its scans and its history alive with it. Calling it gives the
+    controller, or raises :class:`ControllerGone`."""
+
+    __slots__ = ("_ref",)
+
+    def __init__(self, controller: DeviceController) -> None:
+        self._ref = weakref.ref(controller)
+
+    def __call__(self) -> DeviceController:
+        controller = self._ref()
+        if controller is None:
+            raise ControllerGone(
+                "torchdevice_magic was unloaded from this kernel "
+                "(%load_ext torchdevice_magic, then show it again)"
+            )
+        return controller
+
+
+def _outcome(action: str, ok: bool, message: str, skipped: Any = ()) -> dict[str, Any]:
+    # "already on cpu" is what a move-all says of everything in place: not worth a line
+    reasons = [(name, why) for name, why in skipped if not str(why).startswith("already on")]
+    return protocol.outcome(action, ok, message, reasons, time.time())
+
+
+def _quietly(function: Callable[..., Any], *args: Any) -> None:
+    try:
+        function(*args)
+    except Exception:
+        log.exception("torchdevice_magic: a live view failed to refresh")
+
+
+#: Builtins that reach objects by name or run arbitrary code: a cell using one may have
+#: touched any module or optimizer.
+_REFLECTIVE_BUILTINS = frozenset(
+    {"eval", "exec", "compile", "globals", "locals", "vars", "getattr", "setattr", "delattr"}
+    | {"__import__", "breakpoint", "get_ipython", "exit", "quit", "open", "input", "help"}
+)
+_PLAIN_VALUE_TYPES = (int, float, complex, str, bytes, bool, type(None))
+
+
+def touches_only_data(
+    names: tuple[str, ...], namespace: MutableMapping[str, Any], inventory: Inventory | None
+) -> bool:
+    """Whether a cell that mentions only these global names cannot have reached a module or an
+    optimizer: Python code changes an object only through a reference to it, so if every name
+    is a plain value, a plain tensor that cannot backpropagate, or torch's own modules, and no
+    reflective builtin is used, then no module's parameters or optimizer's state can have
+    moved. The rescan then skips their signature checks (the costly part of a rescan)."""
+    torch = sys.modules.get("torch")
+    if torch is None or inventory is None:
+        return False
+    tensor_type = torch.Tensor
+    for name in names:
+        if name in _REFLECTIVE_BUILTINS:
+            return False
+        if name not in namespace:
+            continue  # an attribute name, a harmless builtin, or a name the cell deleted
+        value = namespace[name]
+        kind = type(value)
+        if kind in _PLAIN_VALUE_TYPES:
+            continue
+        if kind is tensor_type and not value.requires_grad and not inventory.held_by_modules(name):
+            # plain data: backward() needs requires_grad, a Parameter is not this type, and
+            # its storage is no module's buffer (whose .data a cell could swap)
+            continue
+        if kind is ModuleType and value.__name__.partition(".")[0] == "torch":
+            continue  # torch's functions reach a model only through arguments, named here
+        return False
+    return True
+
+
+__all__ = [
+    "ControllerGone",
+    "DeviceController",
+    "PlainSettings",
+    "Settings",
+    "View",
+    "WeakController",
+    "touches_only_data",
+]

@@ -1,0 +1,73 @@
+"""Loading and unloading the extension: ``%load_ext torchdevice_magic`` and ``%unload_ext``.
+
+:func:`load` makes one :class:`~.hooks.DeviceSession` per shell and registers what it adds
+(magics, hooks, the exception handler, the config object, the sidebar's comm target);
+:func:`unload` takes every one of them away again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from .hooks import DeviceSession
+
+_SESSION_ATTRIBUTE = "_torchdevice_magic_session"
+
+
+def get_session(shell: Any) -> DeviceSession | None:
+    """The extension's session of ``shell`` (None while it is not loaded there)."""
+    return getattr(shell, _SESSION_ATTRIBUTE, None)
+
+
+def load(shell: Any) -> DeviceSession:
+    """Register magics, the hooks, the config object and the comm target — once."""
+    session = get_session(shell)
+    if session is not None:
+        return session
+    from .comm import SidebarChannel
+    from .magics import DeviceMagics
+
+    session = DeviceSession(shell)
+    setattr(shell, _SESSION_ATTRIBUTE, session)
+    shell.register_magics(DeviceMagics(shell, session))
+    shell.events.register("pre_run_cell", session.pre_run_cell)
+    shell.events.register("post_run_cell", session.post_run_cell)
+    session.install_exception_handler()
+    if session.config not in shell.configurables:
+        shell.configurables.append(session.config)
+    session.channel = SidebarChannel(
+        session.app, announce=getattr(shell, "kernel", None) is not None
+    )
+    session.channel.register()
+    return session
+
+
+def unload(shell: Any) -> None:
+    """Remove every hook, magic, config object and comm target :func:`load` added."""
+    session = get_session(shell)
+    if session is None:
+        return
+    from .magics import MAGIC_NAMES
+
+    with contextlib.suppress(ValueError):
+        shell.events.unregister("post_run_cell", session.post_run_cell)
+    with contextlib.suppress(ValueError):
+        shell.events.unregister("pre_run_cell", session.pre_run_cell)
+    session.remove_exception_handler()
+    for kind, names in MAGIC_NAMES.items():
+        for name in names:
+            shell.magics_manager.magics[kind].pop(name, None)
+    magics = shell.magics_manager.registry.pop("DeviceMagics", None)
+    # IPython's Magics.__init__ appends every magics object to the shell's configurables (for
+    # %config); left there, it would keep the session, and through it everything, alive
+    if magics is not None and magics in shell.configurables:
+        shell.configurables.remove(magics)
+    if session.config in shell.configurables:
+        shell.configurables.remove(session.config)
+    if session.channel is not None:
+        session.channel.unregister()
+    delattr(shell, _SESSION_ATTRIBUTE)
+
+
+__all__ = ["get_session", "load", "unload"]
