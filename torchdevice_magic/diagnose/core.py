@@ -382,7 +382,8 @@ def _write_fix_lines(case: _ErrorCase, route: _Route, draft: FixDraft) -> list[C
         if c.info.category == "expression" and c.creation is not None:
             _rewrite_expression(case, route, c, rewrote, draft)
         elif c.where.startswith("attribute ") and c.attr and c.info.container:
-            rebuild_attribute_container(c, dest, draft)
+            bound = case.namespace is None or case.namespace.get("torch") is case.torch
+            rebuild_attribute_container(c, dest, draft, bound)
         elif c.where.startswith("attribute ") and c.attr:
             register_attribute_as_buffer(c, dest, draft)
         elif c.code is not None and _made_in_method(case, c, dest, draft):

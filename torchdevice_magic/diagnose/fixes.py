@@ -283,10 +283,13 @@ def buffer_in_class(c: Candidate, draft: FixDraft) -> None:
         )
 
 
-def rebuild_attribute_container(c: Candidate, dest: str, draft: FixDraft) -> None:
+def rebuild_attribute_container(
+    c: Candidate, dest: str, draft: FixDraft, torch_bound: bool = True
+) -> None:
     """A plain list/tuple/dict a module keeps as an attribute: ``module.to()`` never sees what
     it holds. Modules in it become an ``nn.ModuleList``/``nn.ModuleDict`` (registered, so they
-    move and save with the module from then on); tensors in it are moved."""
+    move and save with the module from then on); tensors in it are moved. ``torch_bound``:
+    the namespace's ``torch`` is torch (else the statement imports it first)."""
     attr, owner, kind = c.attr or "", c.owner, c.info.container
     c.cls = None
     name = f"{owner}.{attr}" if owner else f"self.{attr}"
@@ -294,6 +297,8 @@ def rebuild_attribute_container(c: Candidate, dest: str, draft: FixDraft) -> Non
     if c.holds_modules:
         holder = "ModuleDict" if kind == "dict" else "ModuleList"
         statement = f"{name} = torch.nn.{holder}({name}).to({dev})"
+        if not torch_bound:
+            statement = f"import torch; {statement}"
         draft.notes.append(
             f"{name} is a plain Python {kind} of modules, so .to() on its module never moved "
             f"them (nor does state_dict() save them): make it a torch.nn.{holder} in __init__ "

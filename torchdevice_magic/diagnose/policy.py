@@ -142,6 +142,18 @@ def _to_expected(
 ) -> tuple[str | None, str]:
     if not match.expected:
         return bigger_side(relevant, match)
+    # the operation expected the CPU side, but the other side is the accelerator the user
+    # chose (an input a library made there, an index on it): the CPU side joins it
+    sides: dict[str, int] = {}
+    for c in relevant:
+        for d, n in c.info.by_device.items():
+            sides[d] = sides.get(d, 0) + n
+    for d in match.devices:
+        if not any(same_device(d, known) for known in sides):
+            sides[d] = 0
+    chosen = accelerator_side(sides)
+    if chosen is not None and not same_device(chosen[0], match.expected):
+        return chosen
     return match.expected, (rule.reason if relevant and rule.reason else _EXPECTED_REASON)
 
 
