@@ -461,7 +461,8 @@ def test_the_cpu_side_joins_the_accelerator_the_user_chose(monkeypatch: pytest.M
     ns["x"] = torch.randn(1, 3)
     d2 = diagnose(RuntimeError(msg), ns, "model(x)")
     assert d2 is not None and names(d2) == {"model": ("cpu",), "x": ("cpu",)}
-    assert d2.target == "cpu"  # the message's expected device
+    # the accelerator the message names is the other side: the CPU side joins it
+    assert d2.target == "cuda:0"
     # the user's target wins and no alternative is offered
     d3 = diagnose(RuntimeError(msg), ns, "model(x)", target="cuda")
     assert d3 is not None and d3.fix == 'model.to("cuda"); x = x.to("cuda")' and d3.note == ""

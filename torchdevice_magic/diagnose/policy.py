@@ -59,6 +59,14 @@ def bigger_side(cands: list[Candidate], match: MessageMatch) -> tuple[str | None
         if chosen is not None and (chosen[0] != best or chosen[0] == "cpu"):
             return chosen
         return best, "move the small thing to where the big thing is"
+    if set(totals) == {"cpu"}:
+        # only the CPU side is known; the message's other side is an accelerator (an input
+        # a library made there): what is on the CPU joins it
+        sides = dict(totals)
+        sides.update({d: 0 for d in match.devices if d not in ("cpu", "meta")})
+        chosen = accelerator_side(sides)
+        if chosen is not None and chosen[0] != "cpu":
+            return chosen
     if match.expected:
         return match.expected, _EXPECTED_REASON
     non_cpu = [d for d in match.devices if d != "cpu"]
