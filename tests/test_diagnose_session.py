@@ -190,3 +190,39 @@ def test_rerun_message_is_part_of_the_protocol() -> None:
     }
     with pytest.raises(protocol.ProtocolError):
         protocol.rerun(123)  # type: ignore[arg-type]
+
+
+@pytest.mark.simulated
+def test_a_button_move_the_rerun_disproves_is_undone_and_the_diagnosis_says_so(
+    ip, events, simulated_device
+) -> None:
+    pytest.importorskip("ipywidgets")
+    from torchdevice_magic.diagnose import MoveAction
+    from torchdevice_magic.shell.fixbutton import fix_button
+
+    dev = simulated_device
+    run(
+        ip,
+        f"import torch\nmodel = torch.nn.Linear(3, 2).to({dev!r})\n"
+        "x = torch.randn(4, 3)\nunrelated = torch.randn(5)",
+    )
+    session = get_session(ip)
+    # a move that cannot fix the cell (the wrong tensor), as a stale or wrong fix would be
+    box = fix_button(session.app, MoveAction(("unrelated",), dev), "cell-7", session.request_rerun)
+    assert box is not None
+    button, status = box.children
+    button.click()
+    assert ip.user_ns["unrelated"].device.type == dev.split(":")[0]
+    assert isinstance(session.app.pending_fix.action, MoveAction)
+    events.clear()
+    # the cell runs again (a terminal's run has no cell id: any trial is this cell's)
+    with capture_output():
+        ip.run_cell("y = model(x)")
+    # the move was undone and the new diagnosis says what was tried
+    assert ip.user_ns["unrelated"].device.type == "cpu"
+    assert session.app.pending_fix is None
+    shown = "\n".join(text for kind, text in events if kind == "display")
+    assert (
+        f"Tried: moved unrelated to {dev} and ran the cell again: it failed with a device " in shown
+    )
+    assert "error again, so the move was undone" in shown

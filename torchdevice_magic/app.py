@@ -89,6 +89,8 @@ class DeviceController:
         self.scanner = Scanner()
         self.inventory: Inventory | None = None
         self.undo_stack: list[Any] = []
+        #: a one-click move waiting for its cell's re-run (shell/fixbutton.FixTrial)
+        self.pending_fix: Any = None
         self.last_action: dict[str, Any] | None = None
         #: counts view refreshes (the protocol's sequence number of a timeline message)
         self.seq = 0

@@ -33,7 +33,7 @@ def test_seed_model_on_device_input_on_cpu() -> None:
     assert d.fix == 'x = x.to("meta")'
     lines = d.text().splitlines()
     assert lines[0] == (
-        "Device mismatch: model (Linear, 32 B) is on meta; x (Tensor, 12 B) is on cpu."
+        "Device mismatch: x (Tensor, 12 B) is on cpu; model (Linear, 32 B) is on meta."
     )
     assert lines[1] == 'Fix: x = x.to("meta")   # move the small thing to where the big thing is'
     assert lines[2].startswith("Note: meta tensors hold no data")
@@ -421,7 +421,7 @@ def test_trainable_leaf_keeps_being_a_leaf() -> None:
     assert "optimizer" in d.note
 
 
-def test_moving_to_cpu_mentions_the_accelerator_alternative() -> None:
+def test_the_cpu_side_joins_the_accelerator_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     # a FakeTensor is the one way to hold a "cuda:0" tensor on this machine
@@ -438,14 +438,31 @@ def test_moving_to_cpu_mentions_the_accelerator_alternative() -> None:
     assert d is not None
     assert names(d) == {"model": ("cpu",), "x": ("cuda:0",)}
     assert next(c for c in d.culprits if c.name == "x").kind == "FakeTensor"
-    assert d.target == "cpu"
-    assert d.fix == 'x = x.to("cpu")'
-    assert d.note == 'to run on cuda:0 instead: model.to("cuda:0")'
+    # one side is on the accelerator the user chose: the CPU side joins it, not the reverse
+    assert d.target == "cuda:0"
+    assert d.fix == 'model.to("cuda:0")'
+    assert d.reason == "the work runs on cuda:0, as chosen: what is on the CPU joins it"
+    # ... unless torch's default device names another device, or the CPU side would not fit
+    from torchdevice_magic.diagnose import policy
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "get_default_device", lambda: torch.device("cuda", 1))
+        d_default = diagnose(RuntimeError(msg), ns, "model(x)")
+        assert d_default is not None and d_default.target == "cpu"
+        assert d_default.reason == "torch's default device is cuda:1, not cuda:0"
+        assert d_default.fix == 'x = x.to("cpu")'
+    with monkeypatch.context() as patch:
+        patch.setattr(policy, "free_bytes", lambda device: 4)
+        d_full = diagnose(RuntimeError(msg), ns, "model(x)")
+        assert d_full is not None and d_full.target == "cpu"
+        assert "would not fit in cuda:0's free memory (4 B)" in d_full.reason
+        assert d_full.note == 'to run on cuda:0 instead: model.to("cuda:0")'
     # with only one side known, the fix goes to the other device the message names
     ns["x"] = torch.randn(1, 3)
     d2 = diagnose(RuntimeError(msg), ns, "model(x)")
     assert d2 is not None and names(d2) == {"model": ("cpu",), "x": ("cpu",)}
-    assert d2.target == "cpu"  # the message's expected device
+    # the accelerator the message names is the other side: the CPU side joins it
+    assert d2.target == "cuda:0"
     # the user's target wins and no alternative is offered
     d3 = diagnose(RuntimeError(msg), ns, "model(x)", target="cuda")
     assert d3 is not None and d3.fix == 'model.to("cuda"); x = x.to("cuda")' and d3.note == ""

@@ -351,10 +351,11 @@ def test_anonymous_operands_name_the_expression_not_the_assignment_target() -> N
     d = diagnose(exc, ns, cell)
     assert d is not None
     assert "x" not in {c.name for c in d.culprits}
-    # both operands are unnamed: each is shown as the expression that makes it
+    # both operands are unnamed: each is shown as the expression that makes it, the one the
+    # fix re-creates first
     assert [(c.name, c.where, c.devices) for c in d.culprits] == [
-        ("torch.ones(3)", "line 1", ("cpu",)),
         ("torch.ones(3, device='meta')", "line 1", ("meta",)),
+        ("torch.ones(3)", "line 1", ("cpu",)),
     ]
     assert [(f.where, f.source) for f in d.fix_lines] == [
         ("line 1", "x = torch.ones(3) @ torch.ones(3, device='cpu')")
@@ -439,7 +440,10 @@ def test_plain_tensor_attribute_becomes_a_buffer(simulated_device: str) -> None:
     scale = next(c for c in d.culprits if c.name == "self.scale")
     assert scale.alias == "net.scale" and scale.devices == ("cpu",)
     assert [(f.where, f.source) for f in d.fix_lines] == [
-        ("cell", f'net.register_buffer("scale", vars(net).pop("scale").to("{simulated_device}"))'),
+        (
+            "cell",
+            f'net.register_buffer("scale", vars(net).pop("scale", net.scale).to("{simulated_device}"))',
+        ),
         ("class Scaled.__init__", 'self.register_buffer("scale", torch.full((3,), 2.0))'),
     ]
     assert "module.to() does not move it" in d.note

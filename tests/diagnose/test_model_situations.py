@@ -112,15 +112,6 @@ def test_devicecheck_without_a_device_does_not_say_as_asked(ip, shown, simulated
             "target",
             'target = target.to("{dev}")',
         ),
-        (  # an LSTM on cpu with its hidden state on the device (the other way round needs
-            # an LSTM kernel the simulated device does not have)
-            "lstm = nn.LSTM(input_size=6, hidden_size=4, batch_first=True)\n"
-            "seq = torch.randn(2, 3, 6)\n"
-            "h0 = torch.zeros(1, 2, 4, device=DEV); c0 = torch.zeros(1, 2, 4, device=DEV)",
-            "out, (hn, cn) = lstm(seq, (h0, c0))",
-            "h0",
-            'h0 = h0.to("cpu")',
-        ),
         (  # the optimizer state left on cpu after loading a checkpoint by hand
             "model = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5)).to(DEV)\n"
             "optimizer = torch.optim.Adam(model.parameters(), lr=0.01)\n"
@@ -154,7 +145,6 @@ def test_devicecheck_without_a_device_does_not_say_as_asked(ip, shown, simulated
         "transformer-mask",
         "embedding",
         "loss-target",
-        "lstm",
         "optim",
         "dict-batch",
     ],
@@ -180,6 +170,27 @@ def test_model_code_fix_and_button_make_the_cell_succeed(
     assert d.action is not None and d.action.names[0] == name and d.action.device == target
     press_the_button(ip, d)
     assert_succeeds(ip, cell)
+
+
+@pytest.mark.simulated
+def test_an_lstm_left_on_the_cpu_joins_its_hidden_state_on_the_accelerator(
+    ip, shown, simulated_device
+) -> None:
+    """The user put the hidden state on the accelerator: the LSTM and its input join it (never
+    the state abandoning the device). Not run: the simulated device has no LSTM kernel."""
+    dev = simulated_device
+    setup(
+        ip,
+        "import torch, torch.nn as nn\n"
+        "lstm = nn.LSTM(input_size=6, hidden_size=4, batch_first=True)\n"
+        "seq = torch.randn(2, 3, 6)\n"
+        "h0 = torch.zeros(1, 2, 4, device=DEV); c0 = torch.zeros(1, 2, 4, device=DEV)",
+        dev,
+    )
+    d = failing(ip, "out, (hn, cn) = lstm(seq, (h0, c0))")
+    assert d.target == dev
+    assert culprit(d, "h0").devices == (dev,)
+    assert [f.source for f in d.fix_lines] == [f'lstm.to("{dev}")', f'seq = seq.to("{dev}")']
 
 
 @pytest.mark.simulated

@@ -70,7 +70,7 @@ def test_plain_tensor_attribute_of_a_submodule_is_named_and_fixed(
     assert culprit(d, "model[2].temperature").devices == ("cpu",)
     assert "in forward()" not in text  # forward's input h is where it should be: not listed
     assert d.fix_lines[0].source == (
-        f'model[2].register_buffer("temperature", vars(model[2]).pop("temperature").to("{dev}"))'
+        f'model[2].register_buffer("temperature", vars(model[2]).pop("temperature", model[2].temperature).to("{dev}"))'
     )
     assert d.fix_lines[1].where == "class Head.__init__"
     assert d.fix_lines[1].source == 'self.register_buffer("temperature", torch.ones(4))'
@@ -316,3 +316,182 @@ def test_attribute_found_when_the_method_does_not_call_it_self(ip, shown, simula
     assert d.fix_lines[1].where == "class Head.__init__"
     apply_cell_fixes(ip, d)
     assert_succeeds(ip, "y = model(x)")
+
+
+@pytest.mark.simulated
+def test_modules_kept_in_a_plain_list_are_named_and_become_a_module_list(
+    ip, shown, simulated_device
+) -> None:
+    dev = simulated_device
+    setup(
+        ip,
+        """
+        import torch, torch.nn as nn
+        class Heads(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.heads = [nn.Linear(3, 2), nn.Linear(3, 4)]
+            def forward(self, x):
+                return [head(x) for head in self.heads]
+        model = Heads().to(DEV)
+        x = torch.randn(2, 3, device=DEV)
+        """,
+        dev,
+    )
+    d = failing(ip, "outs = model(x)")
+    # the list .to() never saw is the culprit, on the CPU; the fix keeps the accelerator
+    assert culprit(d, "model.heads").devices == ("cpu",)
+    assert d.target == dev
+    assert d.fix_lines[0].source == (f'model.heads = torch.nn.ModuleList(model.heads).to("{dev}")')
+    assert "plain Python list of modules" in d.note
+    apply_cell_fixes(ip, d)
+    assert_succeeds(ip, "outs = model(x)")
+
+
+LIBRARY = """
+import torch
+
+class Stretch(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.advance = torch.linspace(0, 1, 3)
+
+    def forward(self, x):
+        return vocoder(x, self.advance)
+
+def vocoder(x, advance):
+    return x - advance
+
+def positions(x):
+    steps = torch.arange(x.shape[-1])
+    return x * steps
+"""
+
+
+@pytest.fixture
+def library_on_path(tmp_path, monkeypatch):
+    """A third-party package in a ``site-packages`` folder: its frames are library frames."""
+    folder = tmp_path / "site-packages"
+    folder.mkdir()
+    (folder / "stretchlib.py").write_text(LIBRARY)
+    monkeypatch.syspath_prepend(str(folder))
+    yield
+    import sys
+
+    sys.modules.pop("stretchlib", None)
+
+
+@pytest.mark.simulated
+def test_a_library_modules_plain_attribute_and_unplaced_tensor_are_named(
+    ip, shown, simulated_device, library_on_path
+) -> None:
+    dev = simulated_device
+    setup(
+        ip,
+        "import torch\nfrom stretchlib import Stretch, positions\n"
+        "m = Stretch().to(DEV)\nspec = torch.randn(2, 3, device=DEV)",
+        dev,
+    )
+    d = failing(ip, "out = m(spec)")
+    # the library module's attribute, named through the user's variable, moved on the
+    # user's side (the library's __init__ is not theirs to edit: no class fix line)
+    assert culprit(d, "m.advance").devices == ("cpu",)
+    assert [line.where for line in d.fix_lines] == ["cell"]
+    assert d.fix_lines[0].source == (
+        f'm.register_buffer("advance", vars(m).pop("advance", m.advance).to("{dev}"))'
+    )
+    apply_cell_fixes(ip, d)
+    assert_succeeds(ip, "out = m(spec)")
+    # a tensor the library makes without device=: named with the library's line; the fix
+    # runs the user's own call under torch.device(...), the library line being no one's to edit
+    d2 = failing(ip, "p = positions(spec)")
+    assert culprit(d2, "steps").devices == ("cpu",)
+    assert d2.safe and d2.action is None
+    assert [(f.where, f.source) for f in d2.fix_lines] == [
+        ("line 1", f'with torch.device("{dev}"): p = positions(spec)')
+    ]
+    assert "stretchlib.py:" in d2.note
+    assert_succeeds(ip, d2.fix_lines[0].source)
+    assert_succeeds(ip, "assert p.device == spec.device")
+    # where the call is not a one-line statement of the cell, no fix pretends
+    d3 = failing(ip, "if True:\n    p = (positions(\n        spec))")
+    assert not d3.safe and f'with torch.device("{dev}")' in d3.why_no_fix
+
+
+@pytest.mark.simulated
+def test_a_non_persistent_buffer_left_on_meta_is_named_and_never_called_fixed(
+    ip, shown, simulated_device
+) -> None:
+    dev = simulated_device
+    setup(
+        ip,
+        """
+        import torch
+        from torch import nn
+        class Rotary(nn.Module):
+            def __init__(self, dim=4):
+                super().__init__()
+                self.proj = nn.Linear(dim, dim)
+                self.register_buffer("inv_freq", torch.arange(dim).float(), persistent=False)
+            def forward(self, x):
+                return self.proj(x) * self.inv_freq
+        state_dict = {k: v.to(DEV) for k, v in Rotary().state_dict().items()}
+        with torch.device("meta"):
+            m = Rotary()
+        m.load_state_dict(state_dict, assign=True)
+        x = torch.randn(2, 4, device=DEV)
+        """,
+        dev,
+    )
+    d = failing(ip, "y = m(x)")
+    # the buffer no state dict holds is the culprit, listed first, on meta
+    assert d.culprits[0].name == "m.inv_freq" and d.culprits[0].devices == ("meta",)
+    assert "on meta in m: buffers inv_freq." in d.note  # a buffer, not "parameters"
+    assert not d.safe and "non-persistent buffer" in d.why_no_fix
+
+
+@pytest.mark.simulated
+def test_a_hidden_state_made_by_a_call_in_the_cell_is_moved_where_it_is_made(
+    ip, shown, simulated_device
+) -> None:
+    dev = simulated_device
+    setup(
+        ip,
+        """
+        import torch, torch.nn as nn
+        class Cell(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.gates = nn.Linear(7, 4)
+            def forward(self, x, state):
+                h, c = state
+                return self.gates(torch.cat([x, h], dim=1)) * c
+            def init_hidden(self, n):
+                return (torch.zeros(n, 4), torch.zeros(n, 4))
+        cell = Cell().to(DEV)
+        x = torch.randn(2, 3, device=DEV)
+        """,
+        dev,
+    )
+    d = failing(ip, "y = cell(x, cell.init_hidden(2))")
+    # moving `state` inside forward() would come after `h, c = state`: the fix moves the
+    # call's result in the cell, before forward() unpacks it, and nothing inside forward()
+    assert [(f.where, f.source) for f in d.fix_lines] == [
+        ("line 1", f"y = cell(x, tuple((t.to('{dev}') for t in cell.init_hidden(2))))")
+    ]
+    assert_succeeds(ip, d.fix_lines[0].source)
+    assert_succeeds(ip, f"assert y.device == torch.device({dev!r})")
+
+
+@pytest.mark.simulated
+def test_no_button_for_a_name_the_failing_cell_makes_again(ip, shown, simulated_device) -> None:
+    dev = simulated_device
+    setup(ip, "import torch\nmodel = torch.nn.Linear(3, 2).to(DEV)\nx = torch.randn(4, 3)", dev)
+    # the cell only reads x: moving it in the namespace fixes the re-run, so the button is offered
+    d = failing(ip, "y = model(x)")
+    assert d.action is not None and d.action.names == ("x",) and d.action.device == dev
+    # the cell makes x again before the failing line: a re-run would undo the move -- no
+    # button, while the typed fix (above the failing line) is still right
+    d2 = failing(ip, "x = torch.randn(4, 3)\ny = model(x)")
+    assert d2.action is None and d2.safe
+    assert d2.fix == f'x = x.to("{dev}")'

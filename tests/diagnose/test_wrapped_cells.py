@@ -150,7 +150,7 @@ def test_the_diagnosis_of_a_captured_cell_is_not_captured(ip, simulated_device) 
     with capture_output() as seen:
         ip.run_cell("%%capture captured\nout = net(batch)")
     texts = [output.data.get("text/plain", "") for output in seen.outputs]
-    assert any(text.startswith("Device mismatch: net (Linear") for text in texts), texts
+    assert any(text.startswith("Device mismatch: batch (Tensor") for text in texts), texts
     captured = ip.user_ns["captured"]
     assert not any("Device mismatch" in o.data.get("text/plain", "") for o in captured.outputs)
 

@@ -48,6 +48,9 @@ class CandidateFacts:
     anchor: dict[str, int] = field(default_factory=dict)
     #: for an object holding modules (``trainer.model``): (attribute path, devices) of each
     modules: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: an object that moves as a whole with its own ``.to(device)`` (a tokenizer's
+    #: BatchEncoding, a library's input class): ``x = x.to(device)`` moves it
+    moves_itself: bool = False
 
     @property
     def devices(self) -> tuple[str, ...]:
@@ -90,6 +93,15 @@ class Candidate:
     root_name: str | None = None  # for "attribute": the namespace module holding its owner
     siblings: int = 0  # for "attribute": modules of the owner's class with the same attribute
     module_method: bool = False  # a local of a Module method (forward)
+    #: a local of a third-party library's frame: where (``pkg/mod.py:42``) -- the user cannot
+    #: edit that line, only work around it
+    library: str = ""
+    #: a method's argument: its position among the parameters (``self`` is 0)
+    arg_position: int | None = None
+    #: a module's non-persistent buffer left on meta (no state dict holds it)
+    unsaved_buffer: bool = False
+    #: for "attribute": a plain list/tuple/dict of modules (``self.heads = []``)
+    holds_modules: bool = False
 
 
 def is_type(obj: Any, cls: Any) -> bool:
@@ -254,7 +266,17 @@ def _object_facts(
         actual=actual,
         anchor=anchor,
         modules=tuple(modules),
+        moves_itself=_has_own_to(obj),
     )
+
+
+def _has_own_to(obj: Any) -> bool:
+    """Whether the object's class defines a ``to`` method (looked up on the class: no
+    attribute of the instance is read, so no ``__getattr__`` runs)."""
+    try:
+        return any(callable(vars(k).get("to")) for k in type(obj).__mro__ if k is not object)
+    except Exception:
+        return False
 
 
 class Collector:
@@ -327,6 +349,9 @@ class Collector:
                     made_here=e.get("code") is not None,
                     module_method=e.get("module_method", False),
                     tensor_args=e.get("tensor_args", ()),
+                    library=e.get("library", ""),
+                    holds_modules=e.get("holds_modules", False),
+                    arg_position=e.get("arg_position"),
                 )
             )
         return out

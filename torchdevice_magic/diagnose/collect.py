@@ -12,14 +12,22 @@ identity; what they hold comes from the scan (:mod:`.candidates`).
 from __future__ import annotations
 
 import keyword
+import linecache
 import re
 import types
 from collections.abc import Mapping
 from typing import Any
 
-from .candidates import Candidate, Collector, expression_candidates, is_type, quote_device
+from .candidates import (
+    Candidate,
+    CandidateFacts,
+    Collector,
+    expression_candidates,
+    is_type,
+    quote_device,
+)
 from .cells import Cell, parse_cell
-from .frames import user_frames
+from .frames import library_frames, user_frames
 from .sources import (
     argument_names,
     function_source,
@@ -110,9 +118,10 @@ def _is_namespace_dict(value: Any) -> bool:
 
 
 def _module_attribute_tensors(self_obj: Any, code: Any, torch: Any) -> list[tuple[str, Any]]:
-    """Plain tensor attributes of a module that its method reads (``self.scale``): in the
-    instance dict, so ``module.to()`` never moved them. Read from ``__dict__`` only: no
-    property or ``__getattr__`` of the user's class runs."""
+    """Plain tensor attributes of a module that its method reads (``self.scale``), and plain
+    lists, tuples and dicts of tensors or modules (``self.heads = []``, criteria with class
+    weights): in the instance dict, so ``module.to()`` never moved them. Read from
+    ``__dict__`` only: no property or ``__getattr__`` of the user's class runs."""
     try:
         instance = object.__getattribute__(self_obj, "__dict__")
         names = set(code.co_names)
@@ -124,9 +133,26 @@ def _module_attribute_tensors(self_obj: Any, code: Any, torch: Any) -> list[tupl
             value = dict.get(instance, name)
         except Exception:
             continue
-        if is_type(value, torch.Tensor) and not is_type(value, torch.nn.Parameter):
+        plain_tensor = is_type(value, torch.Tensor) and not is_type(value, torch.nn.Parameter)
+        if plain_tensor or _plain_holder_of(value, torch) is not None:
             out.append((name, value))
     return out
+
+
+def _plain_holder_of(value: Any, torch: Any) -> str | None:
+    """``"modules"`` or ``"tensors"`` for a plain list/tuple/dict (exactly those types) whose
+    items are modules or tensors; None for anything else."""
+    if type(value) is dict:
+        items = list(dict.values(value))[:1000]
+    elif type(value) in (list, tuple):
+        items = list(value)[:1000]
+    else:
+        return None
+    if items and all(is_type(v, torch.nn.Module) for v in items):
+        return "modules"
+    if any(is_type(v, torch.Tensor) for v in items):
+        return "tensors"
+    return None
 
 
 def collect_candidates(
@@ -142,6 +168,7 @@ def collect_candidates(
     if cell.tree is not None and namespace is not None:
         _add_cell_reads(collector, namespace, cell, torch)
     _add_frame_locals(collector, err, chain, torch)
+    _add_library_frames(collector, err, chain, torch)
     cands = collector.candidates()
     # Frame objects that the namespace also holds (e.g. ``self`` in forward() is ``model``):
     # name the fix after the namespace binding, which the user can run in a cell.
@@ -185,6 +212,53 @@ def _add_frame_locals(
         frames = []
 
 
+def _add_library_frames(
+    collector: Collector, err: BaseException, chain: list[BaseException], torch: Any
+) -> None:
+    """Below the user's last frame, a library's own frames: the tensors their failing line
+    reads (``H`` a library made without ``device=``) and the plain tensor attributes their
+    module methods read (``m.phase_advance``), which ``m.to()`` never moved. Only what the
+    running line reads: a library function's other locals are not the user's business."""
+    frames: list[Any] = []
+    try:
+        for e in [err, *[c for c in chain if c is not err]]:
+            frames = library_frames(getattr(e, "__traceback__", None))
+            if frames:
+                break
+        for frame in frames:
+            _add_one_library_frame(collector, frame, torch)
+    finally:
+        frames = []
+
+
+def _add_one_library_frame(collector: Collector, frame: Any, torch: Any) -> None:
+    try:
+        code = frame.f_code
+        local_items = list(dict(frame.f_locals).items())
+        where = f"{'/'.join(code.co_filename.split('/')[-2:])}:{frame.f_lineno}"
+        text = linecache.getline(code.co_filename, frame.f_lineno).strip()
+    except Exception:
+        return
+    if text:
+        where = f"{where}: `{text[:120]}`"  # the line itself: torch.arange(m) is named
+    self_obj = method_instance(code, local_items)
+    line_names = names_in_running_line(frame)
+    for name, value in local_items[:2000]:
+        if isinstance(name, str) and name in line_names and is_type(value, torch.Tensor):
+            collector.add(name, f"frame {code.co_name}", value, library=where)
+    if is_type(self_obj, torch.nn.Module):
+        for attr, value in _module_attribute_tensors(self_obj, code, torch):
+            collector.add(
+                f"self.{attr}",
+                f"attribute {type(self_obj).__name__}",
+                value,
+                attr=attr,
+                owner=id(self_obj),
+                cls=type(self_obj),
+                holds_modules=_plain_holder_of(value, torch) == "modules",
+            )
+
+
 def _add_one_frame(collector: Collector, frame: Any, torch: Any) -> None:
     try:
         code = frame.f_code
@@ -213,8 +287,17 @@ def _add_one_frame(collector: Collector, frame: Any, torch: Any) -> None:
             if name in line_names and is_type(value, torch.Tensor):
                 collector.add(name, f"frame {func}", value, code=code, tensor_args=tensor_args)
             continue
+        try:
+            position = code.co_varnames.index(name) if name in args else None
+        except Exception:
+            position = None
         collector.add(
-            name, f"frame {func}", value, loop_var=name in loops, module_method=in_module_method
+            name,
+            f"frame {func}",
+            value,
+            loop_var=name in loops,
+            module_method=in_module_method,
+            arg_position=position,
         )
     if in_module_method:
         for attr, value in _module_attribute_tensors(self_obj, code, torch):
@@ -225,6 +308,7 @@ def _add_one_frame(collector: Collector, frame: Any, torch: Any) -> None:
                 attr=attr,
                 owner=id(self_obj),
                 cls=type(self_obj),
+                holds_modules=_plain_holder_of(value, torch) == "modules",
             )
 
 
@@ -264,7 +348,10 @@ def _mark_covered(cands: list[Candidate]) -> None:
     by_label = {c.label: c for c in cands}
     # ``for batch_X in xs: model(batch_X)``: moving the batch where it is used beats moving
     # the whole list, so the list is listed but not moved.
+    # (not a module's own list: each call reads its items from it again)
     for c in cands:
+        if c.where.startswith("attribute "):
+            continue
         if c.info.category == "container" and any(
             by_label.get(label) is not None
             and by_label[label].info.category == "tensor"
@@ -378,3 +465,34 @@ def frame_creations(
             fcell.creations_in(rel, namespace), missing, f"frame {code.co_name}", 100, rel, fcell
         )
     )
+
+
+def unloaded_meta_buffers(name: str, module: Any, torch: Any, order: int) -> list[Candidate]:
+    """The buffers of a module that are on meta and in no state dict (``persistent=False``):
+    ``load_state_dict`` never fills them and ``to_empty`` leaves them uninitialised, so each
+    is a culprit of its own (``m.inv_freq``), not just "parameters on meta"."""
+    try:
+        saved = set(torch.nn.Module.state_dict(module, keep_vars=True).keys())
+        buffers = list(torch.nn.Module.named_buffers(module))[:1000]
+    except Exception:
+        return []
+    out: list[Candidate] = []
+    for path, buffer in buffers:
+        try:
+            on_meta = bool(buffer.is_meta)
+            nbytes = int(buffer.numel()) * int(buffer.element_size())
+        except Exception:
+            continue
+        if not on_meta or path in saved:
+            continue
+        facts = CandidateFacts(
+            kind=type(buffer).__name__,
+            category="tensor",
+            by_device={"meta": nbytes},
+            actual=0,
+            dtype=str(buffer.dtype).removeprefix("torch."),
+        )
+        out.append(
+            Candidate(f"{name}.{path}", "cell", id(buffer), facts, order=order, unsaved_buffer=True)
+        )
+    return out

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..devices import same_device
+from .callsite import arguments_moved_at_call, outside_libraries
 from .candidates import (
     Candidate,
     expression_candidates,
@@ -34,7 +35,12 @@ from .candidates import (
     quote_device,
 )
 from .cells import Cell, parse_cell, user_function_calls
-from .collect import collect_candidates, frame_creations, resolve_chain
+from .collect import (
+    collect_candidates,
+    frame_creations,
+    resolve_chain,
+    unloaded_meta_buffers,
+)
 from .explain import Diagnosis, FixLine
 from .fixes import (
     FixDraft,
@@ -45,7 +51,9 @@ from .fixes import (
     make_on_input_device,
     materialise_meta_module,
     move_statement,
+    names_bound_before,
     one_click_move,
+    rebuild_attribute_container,
     recreate_meta_tensors,
     register_attribute_as_buffer,
     to_culprit,
@@ -178,11 +186,15 @@ def _gather(
     if torch is not None:
         case.candidates = collect_candidates(err, chain, namespace, cell, torch)
         if namespace is not None:
+            unloaded: list[Candidate] = []
             for c in case.candidates:
                 if c.info.category == "module" and c.info.meta_params:
                     ok, obj = resolve_chain(namespace, c.alias or c.name, torch)
                     if ok and id(obj) == c.obj_id:
                         case.objects[c.obj_id] = obj
+                        name = c.alias or c.name
+                        unloaded += unloaded_meta_buffers(name, obj, torch, c.order)
+            case.candidates[:0] = unloaded  # the culprits: listed first
     case.lineno = run.lineno
     case.relevant = _involved(case)
     return case
@@ -197,7 +209,13 @@ def _involved(case: _ErrorCase) -> list[Candidate]:
         relevant = [c for c in case.candidates if involved_in(c, case.match.devices)]
     # a loader, a dataset, a trainer: only where no tensor, module, optimizer or container is
     # on their devices
-    direct = {d for c in relevant if c.info.category != "object" for d in c.info.by_device}
+    # (a library's own local is no such thing: the user reaches it only through their object)
+    direct = {
+        d
+        for c in relevant
+        if c.info.category != "object" and not c.library
+        for d in c.info.by_device
+    }
     return [
         c for c in relevant if c.info.category != "object" or not set(c.info.by_device) <= direct
     ]
@@ -297,6 +315,8 @@ def _route(case: _ErrorCase, draft: FixDraft, target_reason: str) -> _Route:
         if out_target is not None and dest == out_target:
             movers, route.out_ids = out_cands, frozenset(id(c) for c in out_cands)
         route.movers = _moved_at_their_source(movers, dest, draft)
+        route.movers, reason = outside_libraries(case.cell, case.lineno, route.movers, dest, draft)
+        route.reason = reason or route.reason
         attrs = [c for c in route.movers if c.where.startswith("attribute ")]
         if attrs:  # an attribute culprit: only it moves (its module is where it should be)
             route.movers = attrs
@@ -354,9 +374,16 @@ def _write_fix_lines(case: _ErrorCase, route: _Route, draft: FixDraft) -> list[C
     dest = route.dest
     if dest is None:
         return no_data
+    at_call, handled = arguments_moved_at_call(case.cell, case.lineno, route.movers, dest)
+    draft.fix_lines.extend(FixLine(where, source) for where, source in at_call)
     for c in sorted(route.movers, key=lambda c: c.order):
+        if id(c) in handled:
+            continue
         if c.info.category == "expression" and c.creation is not None:
             _rewrite_expression(case, route, c, rewrote, draft)
+        elif c.where.startswith("attribute ") and c.attr and c.info.container:
+            bound = case.namespace is None or case.namespace.get("torch") is case.torch
+            rebuild_attribute_container(c, dest, draft, bound)
         elif c.where.startswith("attribute ") and c.attr:
             register_attribute_as_buffer(c, dest, draft)
         elif c.code is not None and _made_in_method(case, c, dest, draft):
@@ -428,7 +455,12 @@ def _attributes_left_behind(case: _ErrorCase, movers: list[Candidate], draft: Fi
         return
     for c in case.relevant:
         left_behind = not set(c.info.by_device) <= owner_devices
-        attribute = c.where.startswith("attribute ") and c.attr and c.cls is not None
+        attribute = (
+            c.where.startswith("attribute ")
+            and c.attr
+            and c.cls is not None
+            and not c.info.container
+        )
         if attribute and c not in movers and left_behind:
             buffer_in_class(c, draft)
 
@@ -466,6 +498,15 @@ def _say_no_data(
                 f"{'it' if one else 'them'} on {route.dest} (where it is made, with "
                 f"device={quote_device(route.dest or 'cpu')}) or load the real values."
             )
+            unsaved = [c.name for c in left if c.unsaved_buffer]
+            if unsaved:
+                draft.why = (
+                    f"{', '.join(unsaved)}: non-persistent buffer{'s' if len(unsaved) > 1 else ''}"
+                    " (persistent=False), in no state dict: load_state_dict() never fills "
+                    "them and to_empty() leaves them uninitialised, so the module would "
+                    "compute garbage. Re-create them as the class's __init__ does (build the "
+                    f"module on {route.dest} instead of meta and load the weights into it)."
+                )
     if case.rule.moves_meta_objects and not route.movers:
         draft.safe = False
         draft.why = (
@@ -508,7 +549,14 @@ def _explain(case: _ErrorCase, target_reason: str) -> Diagnosis:
         match=match,
         safe=draft.safe,
         why_no_fix=draft.why,
-        action=one_click_move(draft, route.movers, route.dest, case.meta_ok, case.namespace),
+        action=one_click_move(
+            draft,
+            route.movers,
+            route.dest,
+            case.meta_ok,
+            case.namespace,
+            names_bound_before(case.cell, case.lineno),
+        ),
     )
 
 
@@ -517,7 +565,7 @@ def _shown(case: _ErrorCase, route: _Route) -> list[Candidate]:
     they should be say nothing, and neither do a method's inputs already there (``h`` in
     forward()) when something else is the culprit."""
     dest = route.dest
-    return [
+    shown = [
         c
         for c in case.relevant
         if not (
@@ -526,3 +574,13 @@ def _shown(case: _ErrorCase, route: _Route) -> list[Candidate]:
             and (c.made_here or (c.module_method and not c.alias and route.movers))
         )
     ]
+    # the culprit first (a cap on the lines shown must never hide it): what is off the
+    # destination, what the fix moves first among them; the rest keeps its order
+    movers = {id(c) for c in route.movers}
+
+    def rank(c: Candidate) -> int:
+        if id(c) in movers:
+            return 0
+        return 1 if dest and not on_target(c.info.devices, dest) else 2
+
+    return sorted(shown, key=rank)

@@ -18,6 +18,7 @@ from typing import Any
 from .candidates import Candidate, is_type, on_target, quote_device
 from .cells import Cell
 from .explain import Culprit, FixLine, MoveAction
+from .frames import is_user_filename
 from .schema import MessageMatch, Rule
 from .sources import creation_on_device, function_tree
 
@@ -30,8 +31,10 @@ __all__ = [
     "make_on_input_device",
     "materialise_meta_module",
     "move_statement",
+    "names_bound_before",
     "one_click_move",
     "recreate_meta_tensors",
+    "rebuild_attribute_container",
     "register_attribute_as_buffer",
     "to_culprit",
 ]
@@ -51,7 +54,10 @@ def move_statement(c: Candidate, target: str | None, dtype: str | None = None) -
     info = c.info
     if info.category == "object":
         # an object holding modules (a trainer): move its modules in place, so an optimizer
-        # that holds their Parameters stays valid; other objects: no one-line move
+        # that holds their Parameters stays valid; an object with its own .to() (a
+        # BatchEncoding) moves as a whole; other objects: no one-line move
+        if dev is not None and not dtype and not info.modules and info.moves_itself:
+            return f"{name} = {name}.to({dev})"
         if dev is None or dtype or not info.modules:
             return ""
         return "; ".join(
@@ -128,12 +134,15 @@ def _checkpoint_name(
 
 def _init_assignment(cls: Any, attr: str) -> tuple[str, str] | None:
     """(``Class.__init__``, ``self.attr = <expr>`` as written) from the class's source, read
-    with linecache (notebook cells included). None when the source is not available. The
-    instance is ``__init__``'s first parameter (``self``, or however the class calls it)."""
+    with linecache (notebook cells included). None when the source is not available or is not
+    the user's (a library's class: its file is not theirs to edit). The instance is
+    ``__init__``'s first parameter (``self``, or however the class calls it)."""
     try:
         code = cls.__dict__.get("__init__").__code__
         me = code.co_varnames[0] if code.co_argcount else "self"
     except Exception:
+        return None
+    if not is_user_filename(code.co_filename):
         return None
     found = function_tree(code)
     if found is None:
@@ -178,21 +187,44 @@ def materialise_meta_module(
     draft.fix_lines.append(
         FixLine(fix_location(c), f"{name}.to_empty(device={quote_device(dest)})")
     )
+    on_meta = _meta_tensor_names(obj, torch)
+    if on_meta:
+        draft.notes.append(f"on meta in {name}: {on_meta}.")
     found = _checkpoint_name(namespace, obj, torch)
     if found is not None:
         draft.fix_lines.append(FixLine(fix_location(c), f"{name}.load_state_dict({found[1]})"))
         draft.notes.append(
-            f"{name} has parameters on the meta device, which hold no data, so .to() cannot "
+            f"{name} has tensors on the meta device, which hold no data, so .to() cannot "
             f"copy them: to_empty(device={quote_device(dest)}) allocates real storage (uninitialised) "
             f"and load_state_dict({found[1]}) puts the weights back."
         )
     else:
         draft.notes.append(
-            f"{name} has parameters on the meta device, which hold no data, so .to() cannot "
+            f"{name} has tensors on the meta device, which hold no data, so .to() cannot "
             f"copy them: use {name}.to_empty(device={quote_device(dest)}) and then reload the "
             f"weights, e.g. {name}.load_state_dict(torch.load(PATH)) (to_empty leaves every "
             "parameter uninitialised)."
         )
+
+
+def _meta_tensor_names(module: Any, torch: Any, shown: int = 6) -> str:
+    """Which of a module's tensors are on meta, parameters and buffers said apart:
+    ``parameters proj.weight, proj.bias; buffers inv_freq``."""
+    if module is None:
+        return ""
+    parts = []
+    for label, named in (
+        ("parameters", torch.nn.Module.named_parameters),
+        ("buffers", torch.nn.Module.named_buffers),
+    ):
+        try:
+            names = [n for n, t in list(named(module))[:10_000] if t.is_meta]
+        except Exception:
+            continue
+        if names:
+            more = f" and {len(names) - shown} more" if len(names) > shown else ""
+            parts.append(f"{label} {', '.join(names[:shown])}{more}")
+    return "; ".join(parts)
 
 
 def fix_location(c: Candidate) -> str:
@@ -251,6 +283,41 @@ def buffer_in_class(c: Candidate, draft: FixDraft) -> None:
         )
 
 
+def rebuild_attribute_container(
+    c: Candidate, dest: str, draft: FixDraft, torch_bound: bool = True
+) -> None:
+    """A plain list/tuple/dict a module keeps as an attribute: ``module.to()`` never sees what
+    it holds. Modules in it become an ``nn.ModuleList``/``nn.ModuleDict`` (registered, so they
+    move and save with the module from then on); tensors in it are moved. ``torch_bound``:
+    the namespace's ``torch`` is torch (else the statement imports it first)."""
+    attr, owner, kind = c.attr or "", c.owner, c.info.container
+    c.cls = None
+    name = f"{owner}.{attr}" if owner else f"self.{attr}"
+    dev = quote_device(dest)
+    if c.holds_modules:
+        holder = "ModuleDict" if kind == "dict" else "ModuleList"
+        statement = f"{name} = torch.nn.{holder}({name}).to({dev})"
+        if not torch_bound:
+            statement = f"import torch; {statement}"
+        draft.notes.append(
+            f"{name} is a plain Python {kind} of modules, so .to() on its module never moved "
+            f"them (nor does state_dict() save them): make it a torch.nn.{holder} in __init__ "
+            "and they move with the module."
+        )
+    else:
+        statement = move_statement(c, dest)
+        draft.notes.append(
+            f"{name} is a plain Python {kind} of tensors, so .to() on its module never moved "
+            "them: register each as a buffer (and read them through the module), or move the "
+            f"{kind} with the module."
+        )
+    if not owner:
+        draft.safe = False
+        draft.why = f"self.{attr} is not reachable from a variable: move it where it is made."
+        return
+    draft.fix_lines.append(FixLine("cell", statement.replace(c.alias or c.name, name)))
+
+
 def register_attribute_as_buffer(c: Candidate, dest: str, draft: FixDraft) -> None:
     attr = c.attr or ""
     cls = c.cls
@@ -274,7 +341,9 @@ def register_attribute_as_buffer(c: Candidate, dest: str, draft: FixDraft) -> No
         draft.fix_lines.append(
             FixLine(
                 "cell",
-                f'{owner}.register_buffer("{attr}", vars({owner}).pop("{attr}").to({quote_device(dest)}))',
+                # pop() with a default: right also once the class registers it itself
+                f'{owner}.register_buffer("{attr}", vars({owner}).pop("{attr}", {owner}.{attr})'
+                f".to({quote_device(dest)}))",
             )
         )
     found = _init_assignment(cls, attr) if cls is not None else None
@@ -395,9 +464,12 @@ def one_click_move(
     dest: str | None,
     meta_ok: bool,
     namespace: Mapping[str, Any] | None,
+    rebound: frozenset[str] = frozenset(),
 ) -> MoveAction | None:
     """The fix as a plain move of namespace names, for the one-click button; None when the fix
-    is anything else (a rewrite, to_empty, a buffer, moving a loop's batch variable)."""
+    is anything else (a rewrite, to_empty, a buffer, moving a loop's batch variable) or when
+    the failing cell itself binds a mover before the failing line (``rebound``): its re-run
+    would make it again where it was, so the move would fix nothing."""
     if not draft.safe or dest is None or not movers or namespace is None:
         return None
     if dest == "meta" and not meta_ok:
@@ -413,6 +485,8 @@ def one_click_move(
         name = c.alias or c.name
         if "." in name or "[" in name:
             return None  # the move engine moves top-level names
+        if name in rebound:
+            return None
         try:
             if name not in namespace:
                 return None
@@ -420,6 +494,21 @@ def one_click_move(
             return None
         names.append(name)
     return MoveAction(tuple(dict.fromkeys(names)), dest)
+
+
+def names_bound_before(cell: Cell, lineno: int | None) -> frozenset[str]:
+    """The names the cell's own code binds (assigns, imports, loops over) at or before
+    ``lineno`` (anywhere where the failing line is unknown): a re-run of the cell makes them
+    anew, so moving them in the namespace does not survive it."""
+    if cell.tree is None:
+        return frozenset()
+    bound: set[str] = set()
+    for node in ast.walk(cell.tree):
+        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)):
+            continue
+        if lineno is None or node.lineno <= lineno:
+            bound.add(node.id)
+    return frozenset(bound)
 
 
 def fallback_fix(rule: Rule, match: MessageMatch, dest: str | None) -> str:

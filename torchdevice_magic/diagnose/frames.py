@@ -10,7 +10,14 @@ import sys
 import sysconfig
 from typing import Any
 
-__all__ = ["collapse_library_frames", "is_cell_code", "is_user_filename", "user_frames"]
+__all__ = [
+    "collapse_library_frames",
+    "is_cell_code",
+    "is_library_filename",
+    "is_user_filename",
+    "library_frames",
+    "user_frames",
+]
 
 
 def _torch() -> Any:
@@ -93,6 +100,35 @@ def user_frames(tb: Any, limit: int = 3) -> list[Any]:
             code = frame.f_code
             if is_user_filename(code.co_filename) and not is_cell_code(code):
                 frames.append(frame)
+            tb = tb.tb_next
+        except Exception:
+            break
+    return frames[-limit:]
+
+
+def is_library_filename(filename: str) -> bool:
+    """A third-party package's file (site-packages), neither torch's, this package's, nor the
+    standard library's: its code made the mismatch where the user's code only called it."""
+    if not filename or filename.startswith("<") or is_torch_filename(filename):
+        return False
+    parts = os.path.normcase(os.path.abspath(filename)).split(os.sep)
+    return "site-packages" in parts or "dist-packages" in parts
+
+
+def library_frames(tb: Any, limit: int = 3) -> list[Any]:
+    """The innermost ``limit`` third-party library frames below the last user frame
+    (outermost first): where a library module read its own plain tensor attribute, or made a
+    tensor without ``device=``."""
+    frames: list[Any] = []
+    steps = 0
+    while tb is not None and steps < 10_000:
+        steps += 1
+        try:
+            code = tb.tb_frame.f_code
+            if is_user_filename(code.co_filename):
+                frames = []  # only what runs below the user's last frame
+            elif is_library_filename(code.co_filename) and code.co_name != "<module>":
+                frames.append(tb.tb_frame)
             tb = tb.tb_next
         except Exception:
             break

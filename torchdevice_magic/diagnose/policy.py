@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..devices import same_device
+from ..devices import free_bytes, same_device
+from ..units import format_bytes
 from .candidates import Candidate, normalize_target, on_target
 from .cells import Cell
 from .schema import Destination, MessageMatch, Movers, Rule
@@ -21,6 +22,7 @@ __all__ = [
     "DESTINATIONS",
     "MOVER_CHOICES",
     "MoverChoice",
+    "accelerator_side",
     "bigger_side",
     "involved_in",
     "real_device",
@@ -53,7 +55,18 @@ def bigger_side(cands: list[Candidate], match: MessageMatch) -> tuple[str | None
             stateful[dev] = stateful.get(dev, 0) + n + 1  # +1: a parameterless anchor counts
     if len(totals) >= 2:
         best = max(totals, key=lambda d: (stateful.get(d, 0), totals[d], d != "cpu", d))
+        chosen = accelerator_side(totals)
+        if chosen is not None and (chosen[0] != best or chosen[0] == "cpu"):
+            return chosen
         return best, "move the small thing to where the big thing is"
+    if set(totals) == {"cpu"}:
+        # only the CPU side is known; the message's other side is an accelerator (an input
+        # a library made there): what is on the CPU joins it
+        sides = dict(totals)
+        sides.update({d: 0 for d in match.devices if d not in ("cpu", "meta")})
+        chosen = accelerator_side(sides)
+        if chosen is not None and chosen[0] != "cpu":
+            return chosen
     if match.expected:
         return match.expected, _EXPECTED_REASON
     non_cpu = [d for d in match.devices if d != "cpu"]
@@ -67,6 +80,39 @@ def bigger_side(cands: list[Candidate], match: MessageMatch) -> tuple[str | None
     if match.devices:
         return match.devices[0], "move everything to one device"
     return None, ""
+
+
+def _default_device() -> str | None:
+    """torch's default device where the user set one other than the CPU, else None."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    try:
+        device = str(torch.get_default_device())  # type: ignore[union-attr]
+    except Exception:
+        return None
+    return None if device in ("cpu", "meta") else device
+
+
+def accelerator_side(totals: dict[str, int]) -> tuple[str, str] | None:
+    """One side on the CPU, the other on one accelerator: the user chose the accelerator, so
+    the CPU side goes there -- unless torch's default device names the other side, or the CPU
+    side would not fit in the accelerator's free memory (then the fix says so). None where the
+    sides are not one CPU and one accelerator."""
+    accelerators = [d for d in totals if d not in ("cpu", "meta")]
+    if "cpu" not in totals or len(accelerators) != 1:
+        return None
+    (accel,) = accelerators
+    default = _default_device()
+    if default is not None and not same_device(default, accel):
+        return "cpu", f"torch's default device is {default}, not {accel}"
+    free = free_bytes(accel)
+    if free is not None and totals["cpu"] > free:
+        return "cpu", (
+            f"the CPU side ({format_bytes(totals['cpu'])}) would not fit in {accel}'s free "
+            f"memory ({format_bytes(free)}): it stays on the CPU and the rest joins it"
+        )
+    return accel, f"the work runs on {accel}, as chosen: what is on the CPU joins it"
 
 
 def real_device(cands: list[Candidate], match: MessageMatch, asked: str | None) -> str:
@@ -89,6 +135,13 @@ _Choose = Callable[[Rule, MessageMatch, list[Candidate], Cell], tuple[str | None
 def _to_bigger(
     rule: Rule, match: MessageMatch, relevant: list[Candidate], cell: Cell
 ) -> tuple[str | None, str]:
+    asked = cell.to_target()
+    sides = {d for c in relevant for d in c.info.by_device}
+    chosen = normalize_target(asked) if asked else None
+    if chosen and chosen != "meta" and any(same_device(chosen, d) for d in sides):
+        # the failing cell itself moves things there (``model = model.to("cpu")``): the
+        # user's latest choice, which the rest joins
+        return chosen, f"the cell moves things to {chosen}: the rest joins them"
     return bigger_side(relevant, match)
 
 
@@ -97,6 +150,18 @@ def _to_expected(
 ) -> tuple[str | None, str]:
     if not match.expected:
         return bigger_side(relevant, match)
+    # the operation expected the CPU side, but the other side is the accelerator the user
+    # chose (an input a library made there, an index on it): the CPU side joins it
+    sides: dict[str, int] = {}
+    for c in relevant:
+        for d, n in c.info.by_device.items():
+            sides[d] = sides.get(d, 0) + n
+    for d in match.devices:
+        if not any(same_device(d, known) for known in sides):
+            sides[d] = 0
+    chosen = accelerator_side(sides)
+    if chosen is not None and not same_device(chosen[0], match.expected):
+        return chosen
     return match.expected, (rule.reason if relevant and rule.reason else _EXPECTED_REASON)
 
 

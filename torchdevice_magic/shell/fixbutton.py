@@ -5,12 +5,19 @@ A thin ipywidgets layer over the controller: the move goes through
 as every other move), then ``rerun(cell_id)`` asks the notebook to run the failing cell again
 over the sidebar's comm. Without the labextension (VS Code,
 classic Notebook, nbconvert) the button moves and says "moved: re-run the cell".
+
+A move is a trial until the cell runs again (:class:`FixTrial`, widget-free, kept on the
+controller): if that run fails with a device error again, the move is undone and the new
+diagnosis says what was tried (:func:`settle_trial`); a run without error keeps it
+(:func:`keep_trial`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..app import DeviceController, WeakController
@@ -80,6 +87,8 @@ class FixButton:
             self.status.value = _escape(result.summary())
             return
         self.moved = result
+        if result.can_undo:
+            self.app.pending_fix = FixTrial(self.action, result, self.cell_id)
         if self.rerun(self.cell_id):
             self.status.value = _escape(f"{result.summary()}; re-running the cell")
         else:
@@ -99,6 +108,51 @@ class FixButton:
         self.status.value = _escape(result.summary())
         if result.ok:
             self.button.disabled = True
+
+
+@dataclass
+class FixTrial:
+    """A one-click move waiting for the cell's next run to say whether it fixed the error."""
+
+    action: Any
+    moved: Any
+    cell_id: str | None
+
+
+def keep_trial(app: DeviceController) -> None:
+    """The cell ran without error after the move: the move stays, the trial is over."""
+    app.pending_fix = None
+
+
+def settle_trial(app: DeviceController, diagnosis: Any, cell_id: str | None) -> Any:
+    """A device error again after a one-click move: undo that move (if nothing came after it)
+    and return the diagnosis saying what was tried, with no button for the same move again.
+    Without a pending trial (or for another cell) the diagnosis is returned as it is."""
+    trial: FixTrial | None = app.pending_fix
+    if trial is None or (trial.cell_id and cell_id and trial.cell_id != cell_id):
+        return diagnosis
+    app.pending_fix = None
+    action = trial.action
+    tried = f"Tried: moved {', '.join(action.names)} to {action.device} and ran the cell again"
+    stack = app.undo_stack
+    if stack and stack[-1] is trial.moved:
+        undone = app.undo()
+        outcome = (
+            "it failed with a device error again, so the move was undone"
+            if getattr(undone, "ok", False)
+            else f"it failed again and undoing the move failed: {undone.summary()}"
+        )
+    else:
+        outcome = "it failed with a device error again (later moves kept it: not undone)"
+    again = diagnosis.action is not None and (
+        tuple(diagnosis.action.names),
+        diagnosis.action.device,
+    ) == (tuple(action.names), action.device)
+    return dataclasses.replace(
+        diagnosis,
+        note=f"{tried}: {outcome}. {diagnosis.note}".strip(),
+        action=None if again else diagnosis.action,
+    )
 
 
 def _escape(text: str) -> str:

@@ -123,6 +123,10 @@ class DeviceSession:
         cell = getattr(info, "raw_cell", None) or ""
         names, inventory = app.scan_after_cell(cell)
         error = self.shown_errors.error_of(result)
+        if error is None and getattr(result, "error_before_exec", None) is None:
+            from .fixbutton import keep_trial
+
+            keep_trial(app)  # a one-click move the cell's run proved
         number = int(
             getattr(result, "execution_count", None)
             or getattr(self.shell, "execution_count", 0)
@@ -162,6 +166,9 @@ class DeviceSession:
         return diagnosis
 
     def show_diagnosis_result(self, diagnosis: Any, cell_id: str | None = None) -> None:
+        from .fixbutton import settle_trial
+
+        diagnosis = settle_trial(self.app, diagnosis, cell_id)  # a failed one-click move: undone
         # text for terminals and logs, escaped HTML where a notebook renders it; shown where
         # the outermost cell shows its output, as its traceback is (not into a %%capture)
         shell, inner = self.shell, getattr(self.shell, "display_pub", None)
