@@ -80,7 +80,8 @@ def test_fix_button_moves_reruns_the_cell_and_undo_restores(lab) -> None:
     expect(outputs.locator(".torchdevice-magic-diagnosis")).to_contain_text("Device mismatch")
     expect(outputs.locator(ERROR_OUTPUT)).to_contain_text("Expected all tensors")
     button = outputs.locator(FIX)
-    expect(button).to_have_text("Move x to cpu and re-run")
+    # the CPU side joins the accelerator the user chose: the model moves, not the batch
+    expect(button).to_have_text(re.compile(r"Move model to simdev:0 and re-run"))
 
     button.click()
 
@@ -91,8 +92,8 @@ def test_fix_button_moves_reruns_the_cell_and_undo_restores(lab) -> None:
     assert count(failing) > first
     expect(failing.locator(ERROR_OUTPUT)).to_have_count(0)
     expect(failing.locator(".torchdevice-magic-diagnosis")).to_have_count(0)
-    assert device_of(page, "x") == "cpu"
-    assert device_of(page, "y") == "cpu"
+    assert device_of(page, "model.weight") == "simdev:0"
+    assert device_of(page, "y") == "simdev:0"
 
     # undo (the sidebar's Undo, the same history as every other move) restores the device
     if not page.locator(PANEL).is_visible():
@@ -100,4 +101,5 @@ def test_fix_button_moves_reruns_the_cell_and_undo_restores(lab) -> None:
     expect(page.locator(UNDO)).to_be_enabled(timeout=30_000)
     page.click(UNDO)
     expect(page.locator(UNDO)).to_be_disabled(timeout=30_000)
-    assert re.fullmatch(r"simdev:0", device_of(page, "x"))
+    assert device_of(page, "model.weight") == "cpu"
+    assert device_of(page, "x") == "simdev:0"
