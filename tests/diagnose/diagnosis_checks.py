@@ -162,3 +162,32 @@ def press_the_button(shell: Any, diagnosis: Any) -> None:
 
 
 # -- 1. a plain tensor attribute of a submodule --------------------------------------------------
+
+
+#: a head keeping a plain tensor attribute (not a buffer): model.to() leaves it behind
+HEAD = """
+import torch, torch.nn as nn
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.temperature = torch.ones(4)
+    def forward(self, h):
+        return self.fc(h) / self.temperature
+"""
+
+#: a trainer holding its model and optimizer in attributes
+TRAINER = """
+import torch, torch.nn as nn
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model = model
+        self.optimizer = optimizer
+    def step(self, batch):
+        x, y = batch
+        loss = nn.functional.mse_loss(self.model(x), y)
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return loss
+"""

@@ -5,11 +5,11 @@ user sees after the failing cell names the right culprit on the right device, it
 valid Python, and applying the fix (and, where offered, the one-click move through the
 planner) makes the same cell succeed.
 
-Regressions of the diagnose2 lane: a submodule's plain tensor attribute was fixed with
-``model.2.register_buffer(...)`` (a SyntaxError); ``%%devicecheck`` without ``-d`` said "as
-asked"; a trainer object's batch was "fixed" by a comment pointing at cpu and the button
-moved the trainer's model away from its optimizer's device; a hidden state made inside
-``forward()`` without a device was not found at all.
+What each guards against: a submodule's plain tensor attribute fixed with
+``model.2.register_buffer(...)`` (a SyntaxError); ``%%devicecheck`` without ``-d`` saying "as
+asked"; a trainer object's batch "fixed" by a comment pointing at cpu, or the button moving the
+trainer's model away from its optimizer's device; a hidden state made inside ``forward()``
+without a device not found at all.
 """
 
 from __future__ import annotations
@@ -18,38 +18,13 @@ import textwrap
 
 import pytest
 from diagnosis_checks import (
+    HEAD,
     apply_cell_fixes,
     assert_succeeds,
     culprit,
     failing,
     setup,
 )
-
-HEAD = """
-import torch, torch.nn as nn
-class Head(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(4, 4)
-        self.temperature = torch.ones(4)
-    def forward(self, h):
-        return self.fc(h) / self.temperature
-"""
-
-TRAINER = """
-import torch, torch.nn as nn
-class Trainer:
-    def __init__(self, model, optimizer):
-        self.model = model
-        self.optimizer = optimizer
-    def step(self, batch):
-        x, y = batch
-        loss = nn.functional.mse_loss(self.model(x), y)
-        self.optimizer.zero_grad()
-        loss.backward()
-        self.optimizer.step()
-        return loss
-"""
 
 
 @pytest.mark.simulated

@@ -178,8 +178,8 @@ def test_01_the_error(run_notebook):
     [error] = errors(failing)
     assert error.ename == "RuntimeError"
     diagnosis = shown(failing)
-    # (the size the diagnosis gives a model on the simulated device is the diagnose lane's
-    # business: it said "0 B" before it measured through scan(); only the device is checked)
+    # the model's size on the simulated device is the diagnosis tests' business; here, the
+    # device the story is about
     assert re.search(rf"model \(Sequential, [^)]*\) is on {device}", diagnosis), diagnosis
     assert "x (Tensor, 160 B) is on cpu" in diagnosis
     assert f'Fix: x = x.to("{device}' in diagnosis
