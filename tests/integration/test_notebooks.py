@@ -1,7 +1,8 @@
 """The story notebooks in ``notebooks/`` run top to bottom in a real kernel, and say what they
 claim: the diagnosis names the right variables and devices, moves land on the target device,
 the checkpoint split is shown and then gone, undo from meta is refused (or round-trips on a
-GPU), and hidden rows appear with ``--hidden``.
+GPU), hidden rows appear with ``--hidden``, and two real reports are diagnosed as their threads
+resolved them and the typed fix computes the right values.
 
 Each notebook is executed once, from a copy in a temporary folder (outputs are never written
 back), with ``allow_errors=False``: only cells tagged ``raises-exception`` may fail. The
@@ -29,6 +30,7 @@ FAILING_CELLS = {
     "02_data_pipeline.ipynb": {"error"},
     "03_checkpoint.ipynb": {"error"},
     "04_tour.ipynb": set(),
+    "06_real_reports.ipynb": {"loss-error", "scale-error"},
 }
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -142,7 +144,7 @@ def row(lines: list[str], name: str) -> str:
 # -- the notebooks as committed ---------------------------------------------------------------------
 
 
-def test_the_notebooks_are_the_four_stories():
+def test_the_notebooks_are_the_stories():
     # 05_memory.ipynb is the memory story, run and checked by tests/integration/test_notebook_memory.py
     stories = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb") if p.name != "05_memory.ipynb")
     assert stories == sorted(FAILING_CELLS)
@@ -313,3 +315,48 @@ def test_04_tour(run_notebook):
     config = stream(cell(nb, "config"))
     for option in ("auto_diagnose", "warn_on_mixed", "default_device", "allow_meta_target"):
         assert f"TorchDeviceMagic.{option}=" in config
+
+
+# -- 06: two real reports (pytorch/pytorch#122757, Lightning-AI/pytorch-lightning#1978) --------------
+
+
+def test_06_real_reports(run_notebook):
+    nb = run_notebook("06_real_reports.ipynb")
+    device = device_of(nb)
+    for link in ("pytorch/pytorch/issues/122757", "pytorch-lightning/issues/1978"):
+        assert any(link in c.source for c in nb.cells if c.cell_type == "markdown"), link
+
+    # the class weights live in loss_fn: it is named on the cpu, listed first, and moved
+    failing = cell(nb, "loss-error")
+    assert [e.ename for e in errors(failing)] == ["RuntimeError"]
+    diagnosis = shown(failing)
+    assert diagnosis.startswith("Device mismatch: loss_fn (CrossEntropyLoss, 20 B) is on cpu;")
+    assert re.search(rf"model_output \(Tensor, 200 B\) is on {device}", diagnosis), diagnosis
+    assert re.search(rf"labels \(Tensor, 80 B\) is on {device}", diagnosis), diagnosis
+    assert f'Fix: loss_fn.to("{device}' in diagnosis, diagnosis
+    assert "loss_fn.to(DEVICE)" in cell(nb, "loss-fix").source
+    works = stream(cell(nb, "loss-works"))
+    assert f"DEVICE: {device}\n" in works
+    assert re.search(rf"^loss_fn.weight: {device}", works, re.M), works
+    assert re.search(rf"^loss: {device}", works, re.M), works
+    assert "same value as on the CPU: True" in works
+
+    # the tensor made in __init__ is named by its attribute path, the fix is a buffer there
+    failing = cell(nb, "scale-error")
+    assert [e.ename for e in errors(failing)] == ["RuntimeError"]
+    diagnosis = shown(failing)
+    assert diagnosis.startswith(
+        "Device mismatch: model.scale (Tensor, 16 B, a plain tensor attribute of LitModel) is on cpu;"
+    ), diagnosis
+    assert re.search(rf"model \(LitModel, [\d.]+ \w*B\) is on {device}", diagnosis), diagnosis
+    fix = 'Fix (in LitModel.__init__): self.register_buffer("scale", torch.linspace(0.5, 2.0, 4))'
+    assert fix in diagnosis, diagnosis
+    assert (
+        'self.register_buffer("scale", torch.linspace(0.5, 2.0, 4))' in cell(nb, "scale-fix").source
+    )
+    works = stream(cell(nb, "scale-works"))
+    assert f"DEVICE: {device}\n" in works
+    assert re.search(rf"^model.scale: {device}", works, re.M), works
+    assert re.search(rf"^out: {device}", works, re.M), works
+    assert "same value as on the CPU: True" in works
+    assert "saved with the model: True" in works
