@@ -99,6 +99,9 @@ def _view_kernel(name: str) -> Any:
     op = getattr(getattr(torch.ops.aten, base), overload or "default")
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
+        # a real backend's kernel is C++, no frame of a traceback: IPython and the shortened
+        # traceback leave a frame with this local out
+        __tracebackhide__ = True  # noqa: F841
         try:
             return _fallback(op, *args, **kwargs)
         except BaseException as error:
@@ -107,9 +110,11 @@ def _view_kernel(name: str) -> Any:
             # traceback IPython keeps of the failed cell would otherwise hold -- and then
             # Module.to(), which swaps Parameters of a wrapper-subclass device, refuses
             # ("Couldn't swap Linear.weight") to apply the fix the diagnosis suggests.
+            # Nor does it leave frames of its own in the traceback: the error starts here, in
+            # this frame, which tracebacks leave out (__tracebackhide__).
             traceback.clear_frames(error.__traceback__)
             del args, kwargs
-            raise
+            raise error.with_traceback(None)  # noqa: B904
 
     return kernel
 
