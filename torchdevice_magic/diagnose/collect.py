@@ -15,7 +15,7 @@ import keyword
 import linecache
 import re
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .candidates import (
@@ -202,10 +202,7 @@ def _add_frame_locals(
     ``batch_X`` in train() is not renamed ``x`` from forward())."""
     frames: list[Any] = []
     try:
-        for e in [err, *[c for c in chain if c is not err]]:
-            frames = user_frames(getattr(e, "__traceback__", None))
-            if frames:
-                break
+        frames = _first_frames(err, chain, user_frames)
         for frame in frames:
             _add_one_frame(collector, frame, torch)
     finally:
@@ -221,14 +218,23 @@ def _add_library_frames(
     running line reads: a library function's other locals are not the user's business."""
     frames: list[Any] = []
     try:
-        for e in [err, *[c for c in chain if c is not err]]:
-            frames = library_frames(getattr(e, "__traceback__", None))
-            if frames:
-                break
+        frames = _first_frames(err, chain, library_frames)
         for frame in frames:
             _add_one_library_frame(collector, frame, torch)
     finally:
         frames = []
+
+
+def _first_frames(
+    err: BaseException, chain: list[BaseException], pick: Callable[[Any], list[Any]]
+) -> list[Any]:
+    """``pick``'s frames of the error's traceback, else of the first error of its chain that
+    has any (a re-raised error's own traceback may hold none of them)."""
+    for error in [err, *[c for c in chain if c is not err]]:
+        frames = pick(getattr(error, "__traceback__", None))
+        if frames:
+            return frames
+    return []
 
 
 def _add_one_library_frame(collector: Collector, frame: Any, torch: Any) -> None:
