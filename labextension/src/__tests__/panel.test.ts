@@ -225,6 +225,33 @@ describe('the status line', () => {
       'Moved 3 objects (37.2 KiB) to meta in 2 ms; 1 skipped — skipped opt: optimizer state is already with its parameters'
     );
   });
+
+  it('does not repeat a skip the kernel message already names', async () => {
+    const h = await harness();
+    q<HTMLButtonElement>(h.panel.node, 'button.jp-TorchDevices-moveAll').click();
+    const request = lastRequest(h);
+    // MoveResult.summary() names up to three skipped objects with their reasons
+    const message =
+      'Moved 3 objects (44.0 KiB) to simdev:0 in 5 ms; skipped model (already on simdev:0), ' +
+      'optimizer (optimizer state is already with its parameters)';
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 2,
+      type: 'reply',
+      seq: 2,
+      request_id: request.request_id,
+      ok: true,
+      message,
+      outcome: {
+        action: 'move',
+        ok: true,
+        message,
+        skipped: [{ name: 'optimizer', reason: 'optimizer state is already with its parameters' }],
+        time: 0
+      }
+    });
+    expect(text(h.panel, '.jp-TorchDevices-status')).toBe(message);
+  });
 });
 
 /** An IDeviceSource with no kernel behind it: the panel needs nothing more. */
