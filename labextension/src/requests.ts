@@ -88,9 +88,11 @@ export class PendingRequests {
 export function replyLine(reply: IReplyMessage, request: Request | undefined): IStatusLine | null {
   const outcome = reply.outcome ?? null;
   let message = oneLine(reply.message || outcome?.message || '');
-  if (outcome && outcome.skipped.length > 0) {
-    const shown = outcome.skipped.slice(0, 3).map(s => `${s.name}: ${s.reason}`);
-    const more = outcome.skipped.length > 3 ? ` (+${outcome.skipped.length - 3} more)` : '';
+  // the kernel's message names up to three skipped objects as "name (reason)": say only the others
+  const unnamed = (outcome?.skipped ?? []).filter(s => !message.includes(`${s.name} (`));
+  if (unnamed.length > 0) {
+    const shown = unnamed.slice(0, 3).map(s => `${s.name}: ${s.reason}`);
+    const more = unnamed.length > 3 ? ` (+${unnamed.length - 3} more)` : '';
     message += ` — skipped ${shown.join('; ')}${more}`;
   }
   if (!reply.ok || outcome?.ok === false) {

@@ -107,16 +107,7 @@ export class RowsTable {
     // between mousedown and mouseup (a status line update, a busy flag) would
     // swallow the click, so other changes only flip `disabled`.
     const rows = orderedRows(view);
-    if (this._rowsView === view) {
-      for (const node of Array.from(
-        this._tbody.querySelectorAll<HTMLButtonElement>(`button.${CLASS}-rowMove`)
-      )) {
-        const row = view.rows.get(node.dataset.key ?? '');
-        if (row) {
-          drawAction(node, row.action, wait);
-        }
-      }
-    } else {
+    if (this._rowsView !== view) {
       const existing = new Map<string, HTMLTableRowElement>();
       for (const tr of Array.from(this._tbody.rows)) {
         existing.set(tr.dataset.key ?? '', tr);
@@ -131,6 +122,15 @@ export class RowsTable {
       this._tbody.replaceChildren(fragment);
       this._drawn = new Map(rows.map(row => [row.key, row]));
       this._rowsView = view;
+    }
+    // Kept buttons were drawn under an earlier wait (a move in flight): draw them for now.
+    for (const node of Array.from(
+      this._tbody.querySelectorAll<HTMLButtonElement>(`button.${CLASS}-rowMove`)
+    )) {
+      const row = view.rows.get(node.dataset.key ?? '');
+      if (row) {
+        drawAction(node, row.action, wait);
+      }
     }
 
     const spec = view.spec;

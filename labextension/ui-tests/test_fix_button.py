@@ -1,8 +1,10 @@
 """One click from a device error to the fix, in a real JupyterLab (headless Debian Chromium).
 
-A cell fails with a device-mismatch error; the diagnosis under it offers "Move x to cpu and
-re-run"; pressing it moves ``x`` through the kernel's move engine and the labextension runs the
-same cell again (a new execution count, no error output); the sidebar's Undo puts ``x`` back.
+A cell fails with a device-mismatch error (``model`` on the CPU, ``x`` on the accelerator); the
+fix follows the accelerator, so the diagnosis under it offers "Move model to simdev:0 and
+re-run"; pressing it moves ``model`` through the kernel's move engine and the labextension runs
+the same cell again (a new execution count, no error output); the sidebar's Undo puts ``model``
+back.
 The kernel's second device is the simulated accelerator (torchdevice_magic.testing).
 """
 
@@ -80,7 +82,6 @@ def test_fix_button_moves_reruns_the_cell_and_undo_restores(lab) -> None:
     expect(outputs.locator(".torchdevice-magic-diagnosis")).to_contain_text("Device mismatch")
     expect(outputs.locator(ERROR_OUTPUT)).to_contain_text("Expected all tensors")
     button = outputs.locator(FIX)
-    # the CPU side joins the accelerator the user chose: the model moves, not the batch
     expect(button).to_have_text(re.compile(r"Move model to simdev:0 and re-run"))
 
     button.click()

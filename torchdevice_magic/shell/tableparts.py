@@ -122,7 +122,8 @@ def outcome_text(action: dict[str, Any] | None, result: Any) -> str:
     """The status line after a successful move or undo: the controller's outcome message and
     up to three of the names it skipped, with why."""
     text = action["message"] if action else result.summary()
-    skipped = action.get("skipped", []) if action else []
+    # the message names up to three skipped objects as "name (reason)": add only the others
+    skipped = [s for s in (action or {}).get("skipped", []) if f"{s['name']} (" not in text]
     if skipped:
         shown = "; ".join(f"{s['name']}: {s['reason']}" for s in skipped[:3])
         more = f" (+{len(skipped) - 3} more)" if len(skipped) > 3 else ""

@@ -134,6 +134,32 @@ describe('rows', () => {
     expect(rowNames(h.panel)).not.toContain('y');
   });
 
+  it('row buttons kept through a move come back once its reply has come', async () => {
+    const h = await harness();
+    const basic = loadFixture('basic');
+    const model = basic.window.rows.find(r => r.name === 'model')!;
+    expect(model.action.enabled).toBe(true);
+    q<HTMLButtonElement>(h.panel.node, 'button.jp-TorchDevices-moveAll').click();
+    const request = lastRequest(h);
+    const modelButton = (): HTMLButtonElement =>
+      q<HTMLButtonElement>(h.panel.node, 'tr[data-name="model"] button.jp-TorchDevices-rowMove');
+    expect(modelButton().disabled).toBe(true); // waiting for the kernel
+    // the move's view comes before its reply and does not touch model's row
+    const x = basic.window.rows[0];
+    h.comm.receive(delta(basic.seq, { upsert: [{ ...x, device: 'meta' }] }));
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 2,
+      type: 'reply',
+      seq: basic.seq + 2,
+      request_id: request.request_id,
+      ok: true,
+      message: 'Moved 1 object (32.0 KiB) to meta in 1 ms'
+    });
+    expect(modelButton().disabled).toBe(false);
+    expect(modelButton().title).toBe(model.action.reason);
+  });
+
   it('a delta out of step makes the sidebar ask for the whole window', async () => {
     const h = await harness();
     h.comm.receive(delta(9, {}));
@@ -224,6 +250,33 @@ describe('the status line', () => {
     expect(text(h.panel, '.jp-TorchDevices-status')).toBe(
       'Moved 3 objects (37.2 KiB) to meta in 2 ms; 1 skipped — skipped opt: optimizer state is already with its parameters'
     );
+  });
+
+  it('does not repeat a skip the kernel message already names', async () => {
+    const h = await harness();
+    q<HTMLButtonElement>(h.panel.node, 'button.jp-TorchDevices-moveAll').click();
+    const request = lastRequest(h);
+    // MoveResult.summary() names up to three skipped objects with their reasons
+    const message =
+      'Moved 3 objects (44.0 KiB) to simdev:0 in 5 ms; skipped model (already on simdev:0), ' +
+      'optimizer (optimizer state is already with its parameters)';
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 2,
+      type: 'reply',
+      seq: 2,
+      request_id: request.request_id,
+      ok: true,
+      message,
+      outcome: {
+        action: 'move',
+        ok: true,
+        message,
+        skipped: [{ name: 'optimizer', reason: 'optimizer state is already with its parameters' }],
+        time: 0
+      }
+    });
+    expect(text(h.panel, '.jp-TorchDevices-status')).toBe(message);
   });
 });
 

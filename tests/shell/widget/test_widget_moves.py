@@ -68,6 +68,19 @@ def test_move_all_to_meta_moves_tensors_and_modules(
     assert "meta" in header and "0 B (meta; needs 480 B)" in header
 
 
+def test_status_names_each_skip_once(
+    ip: Any, small: dict[str, Any], make_table: Callable[..., DeviceTable]
+) -> None:
+    # opt has no state yet: skipped with a reason the move's summary already gives
+    table = make_table()
+    table.target_dropdown.value = "meta"
+    table.move_all_button.click()
+
+    status = status_text(table)
+    assert "opt (optimizer state is already with its parameters)" in status, status
+    assert status.count("optimizer state is already with its parameters") == 1, status
+
+
 def test_row_button_moves_only_that_name(
     ip: Any, small: dict[str, Any], make_table: Callable[..., DeviceTable]
 ) -> None:
