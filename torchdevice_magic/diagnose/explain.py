@@ -104,6 +104,15 @@ class Diagnosis:
 
     # -- rendering -------------------------------------------------------------------------
 
+    def _where_it_failed(self) -> str:
+        """`` in addmm (argument mat1)``: the operation and argument the message names, in the
+        user's words; nothing where it names none (the rule's internal code means nothing to a
+        user)."""
+        if not self.operator:
+            return ""
+        argument = f" (argument {self.argument})" if self.argument else ""
+        return f" in {self.operator}{argument}"
+
     def _headline(self) -> str:
         return "Device mismatch"
 
@@ -176,9 +185,7 @@ class Diagnosis:
         note = f"<p><b>Note:</b> {e(self.note)}</p>" if self.note else ""
         return (
             '<div class="torchdevice-magic-diagnosis">'
-            f"<p><b>{e(self._headline())}</b> "
-            # the rule's code in words ("found two devices"), not "found_two_devices"
-            f"<small>({e(self.kind.replace('_', ' '))})</small></p>"
+            f"<p><b>{e(self._headline())}</b>{e(self._where_it_failed())}</p>"
             f"{culprits}{fixes}{note}"
             f"<details><summary>Original message</summary><pre>{e(self.message)}</pre>"
             "</details></div>"
