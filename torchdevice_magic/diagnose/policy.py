@@ -58,7 +58,13 @@ def bigger_side(cands: list[Candidate], match: MessageMatch) -> tuple[str | None
         chosen = accelerator_side(totals)
         if chosen is not None and (chosen[0] != best or chosen[0] == "cpu"):
             return chosen
-        return best, "move the small thing to where the big thing is"
+        if all(totals[best] >= n for n in totals.values()):
+            return best, "move the small thing to where the big thing is"
+        # the parameters decided, not the bytes (an optimizer's state can outweigh its model):
+        # say so, never "the small thing" of something bigger
+        if chosen is not None:
+            return chosen
+        return best, "move it to where the model's parameters are"
     if set(totals) == {"cpu"}:
         # only the CPU side is known; the message's other side is an accelerator (an input
         # a library made there): what is on the CPU joins it
