@@ -88,7 +88,12 @@ def delta_sequence():
         if delta is not None:
             messages.append(
                 protocol.envelope(
-                    "delta", seq=seq + 1, base=seq, header=None, window=delta.to_wire()
+                    "delta",
+                    seq=seq + 1,
+                    base=seq,
+                    header=None,
+                    window=delta.to_wire(),
+                    last_action=None,
                 )
             )
             seq += 1

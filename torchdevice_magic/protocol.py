@@ -12,7 +12,8 @@ The conversation::
     sidebar opens the comm            -> kernel sends ``view`` (the 200 biggest rows) at once
     sidebar sends ``window``           -> ``view`` for that sort / filter / page / target
     after a cell, if its window or totals changed -> ``delta`` (rows upserted / removed, the
-                                          new key order when it changed, the header if changed)
+                                          new key order when it changed, the header if changed,
+                                          the outcome of a move or undo made since, wherever)
     a cell that changed nothing tensor-related    -> nothing
     ``refresh`` / ``move`` / ``undo``  -> ``reply`` (the outcome, skip reasons in words), then
                                           ``delta`` or ``view``
@@ -137,7 +138,13 @@ MESSAGES: dict[str, dict[str, Any]] = {
     },
     "delta": {
         "from": "kernel",
-        "fields": {"base": "int", "header": "Header?", "window": "WindowDelta"},
+        # last_action: the outcome of a move or undo since the message before, else null
+        "fields": {
+            "base": "int",
+            "header": "Header?",
+            "window": "WindowDelta",
+            "last_action": "Outcome?",
+        },
     },
     "reply": {
         "from": "kernel",

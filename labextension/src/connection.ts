@@ -271,8 +271,9 @@ export class DeviceConnection implements IDeviceSource {
   private _onView(view: IMirror): void {
     this._view = view;
     this._spec = { ...view.spec };
-    // Announce an action that happened elsewhere (the notebook's widget
-    // table, %%devicecheck): a last_action we have not shown yet.
+    // Announce an action that happened elsewhere (the fix button under a
+    // diagnosis, the notebook's widget table, %%devicecheck --to): a
+    // last_action we have not shown yet, from a view or a delta.
     const last = view.lastAction ?? null;
     const key = last ? JSON.stringify(last) : null;
     const previous = this._snapshotActionKey;

@@ -131,6 +131,7 @@ export interface IDeltaMessage extends IEnvelope {
   base: number;
   header: IHeader | null;
   window: IWindowDelta;
+  last_action: IOutcome | null;
 }
 
 export interface IReplyMessage extends IEnvelope {
@@ -299,7 +300,8 @@ export const SCHEMA = {
       "fields": {
         "base": "int",
         "header": "Header?",
-        "window": "WindowDelta"
+        "window": "WindowDelta",
+        "last_action": "Outcome?"
       }
     },
     "reply": {

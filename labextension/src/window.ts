@@ -57,6 +57,9 @@ export function applyDelta(mirror: IMirror, delta: IDeltaMessage): IMirror | nul
     ...mirror,
     seq: delta.seq,
     header: delta.header ?? mirror.header,
+    // a move or undo made since the last message, here or elsewhere (the fix button,
+    // %%devicecheck --to, the widget table); null: none since
+    lastAction: delta.last_action ?? mirror.lastAction,
     rows,
     order,
     matching: delta.window.matching,

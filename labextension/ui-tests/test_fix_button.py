@@ -3,8 +3,8 @@
 A cell fails with a device-mismatch error (``model`` on the CPU, ``x`` on the accelerator); the
 fix follows the accelerator, so the diagnosis under it offers "Move model to simdev:0 and
 re-run"; pressing it moves ``model`` through the kernel's move engine and the labextension runs
-the same cell again (a new execution count, no error output); the sidebar's Undo puts ``model``
-back.
+the same cell again (a new execution count, no error output); the open sidebar's status line
+names that move; the sidebar's Undo puts ``model`` back.
 The kernel's second device is the simulated accelerator (torchdevice_magic.testing).
 """
 
@@ -24,6 +24,7 @@ CELLS = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell"
 PANEL = "#torchdevice-magic-panel"
 TAB = 'li[data-id="torchdevice-magic-panel"]'
 UNDO = "button.jp-TorchDevices-undo"
+STATUS = f"{PANEL} .jp-TorchDevices-status"
 FIX = "button.torchdevice-magic-fix"
 ERROR_OUTPUT = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
 CELL_TIMEOUT = 90_000
@@ -76,6 +77,10 @@ def test_fix_button_moves_reruns_the_cell_and_undo_restores(lab) -> None:
         "model = torch.nn.Linear(3, 2)\n"
         "x = torch.randn(4, 3, device=dev)",
     )
+    # the sidebar is open before the fix, so it hears of the move as it happens
+    if not page.locator(PANEL).is_visible():
+        page.click(TAB)
+    expect(page.locator(PANEL)).to_be_visible(timeout=30_000)
     failing = run_cell(page, "y = model(x)")
     first = count(failing)
     outputs = failing.locator(".jp-OutputArea")
@@ -93,6 +98,10 @@ def test_fix_button_moves_reruns_the_cell_and_undo_restores(lab) -> None:
     assert count(failing) > first
     expect(failing.locator(ERROR_OUTPUT)).to_have_count(0)
     expect(failing.locator(".torchdevice-magic-diagnosis")).to_have_count(0)
+    # the sidebar's status line names the move made outside it (the kernel's delta carried it)
+    expect(page.locator(STATUS)).to_contain_text(
+        re.compile(r"Moved 1 object .* to simdev:0"), timeout=30_000
+    )
     assert device_of(page, "model.weight") == "simdev:0"
     assert device_of(page, "y") == "simdev:0"
 

@@ -315,6 +315,32 @@ def test_cells_push_deltas_and_nothing_when_nothing_changed(channel, shell):
     assert fake.sent == []  # closed comms get nothing
 
 
+def test_a_move_made_outside_the_sidebar_reaches_it_in_the_delta(channel, shell):
+    """The fix button and %%devicecheck --to move through the controller, not the comm: the
+    sidebar learns the outcome from the next delta, once."""
+    session, fake = channel
+    mirror = Mirror()
+    mirror.apply(fake.sent[0])
+    session.config.allow_meta_target = True
+    for message in fake.sent[1:]:
+        mirror.apply(message)
+    fake.sent.clear()
+    result = session.app.move("meta", ["x"])  # what the fix button does
+    assert result.ok
+    shell.run_cell("y = torch.zeros(5)")
+    updates = [m for m in fake.sent if m["type"] in ("view", "delta")]
+    assert updates, "the move and the cell reached the sidebar"
+    for message in fake.sent:
+        mirror.apply(message)
+    assert updates[0]["type"] == "delta"
+    assert updates[0]["last_action"] == session.app.last_action
+    assert updates[0]["last_action"]["message"].startswith("Moved 1 object")
+    # already told: the cell's own delta does not announce it again
+    assert all(m.get("last_action") is None for m in updates[1:])
+    assert len(updates) >= 2 and updates[-1]["type"] == "delta"
+    assert "y" in mirror.names()
+
+
 def test_each_cell_sends_only_its_own_timeline_rows(channel, shell):
     """The memory chart's rows go out once: the first timeline on a comm is the whole chart,
     every later one the rows of the cells since, following it; the sidebar's chart (the rows

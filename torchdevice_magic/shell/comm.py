@@ -195,10 +195,13 @@ class SidebarChannel:
                 sent = True
                 continue
             delta = live.update(inventory)
+            # a move or undo since this sidebar was last sent, made here or elsewhere (the
+            # fix button, %%devicecheck --to, the widget table): its outcome goes along
+            acted = app.actions != subscriber.actions
             if (
                 delta is None
                 and not live.records_changed
-                and app.actions == subscriber.actions
+                and not acted
                 and not self._targets_changed(subscriber)
             ):
                 continue  # nothing tensor-related changed: send nothing
@@ -213,7 +216,7 @@ class SidebarChannel:
                 continue
             wire = header.to_wire()
             changed_header = wire != subscriber.header
-            if delta is None and not changed_header:
+            if delta is None and not changed_header and not acted:
                 continue
             subscriber.header = wire
             base = subscriber.seq
@@ -230,6 +233,7 @@ class SidebarChannel:
                     base=base,
                     header=wire if changed_header else None,
                     window=delta.to_wire(),
+                    last_action=app.last_action if acted else None,
                 ),
             )
         return sent

@@ -380,6 +380,43 @@ describe('extension points for other message types', () => {
 });
 
 describe('sequence', () => {
+  it('a delta carrying a move made elsewhere (the fix button) names it in the status line', async () => {
+    const h = await harness();
+    const seq = loadFixture('basic').seq;
+    const status = (): string => q(h.panel.node, '.jp-TorchDevices-status').textContent ?? '';
+    const window = { upsert: [], remove: [], order: null, matching: 7, total: 7 };
+    const moved = {
+      action: 'move',
+      ok: true,
+      message: 'Moved 1 object (12 B) to simdev:0 in 0 ms',
+      skipped: [],
+      time: 1.5
+    };
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 2,
+      type: 'delta',
+      seq: seq + 1,
+      base: seq,
+      header: null,
+      window,
+      last_action: moved
+    });
+    expect(status()).toBe('Moved 1 object (12 B) to simdev:0 in 0 ms');
+    // the re-run cell's delta has no news: the line keeps naming the move
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 2,
+      type: 'delta',
+      seq: seq + 2,
+      base: seq + 1,
+      header: null,
+      window,
+      last_action: null
+    });
+    expect(status()).toBe('Moved 1 object (12 B) to simdev:0 in 0 ms');
+  });
+
   it('a delta after another kernel message (a rerun) still applies', async () => {
     const h = await harness();
     const seq = loadFixture('basic').seq;

@@ -59,7 +59,8 @@ function delta(
     seq: base + 1,
     base,
     header,
-    window: { upsert: [], remove: [], order: null, matching: 7, total: 7, ...fields }
+    window: { upsert: [], remove: [], order: null, matching: 7, total: 7, ...fields },
+    last_action: null
   };
 }
 
