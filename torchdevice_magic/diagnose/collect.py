@@ -253,16 +253,7 @@ def _add_one_library_frame(collector: Collector, frame: Any, torch: Any) -> None
         if isinstance(name, str) and name in line_names and is_type(value, torch.Tensor):
             collector.add(name, f"frame {code.co_name}", value, library=where)
     if is_type(self_obj, torch.nn.Module):
-        for attr, value in _module_attribute_tensors(self_obj, code, torch):
-            collector.add(
-                f"self.{attr}",
-                f"attribute {type(self_obj).__name__}",
-                value,
-                attr=attr,
-                owner=id(self_obj),
-                cls=type(self_obj),
-                holds_modules=_plain_holder_of(value, torch) == "modules",
-            )
+        _add_attributes_read(collector, self_obj, code, torch)
 
 
 def _add_one_frame(collector: Collector, frame: Any, torch: Any) -> None:
@@ -306,16 +297,22 @@ def _add_one_frame(collector: Collector, frame: Any, torch: Any) -> None:
             arg_position=position,
         )
     if in_module_method:
-        for attr, value in _module_attribute_tensors(self_obj, code, torch):
-            collector.add(
-                f"self.{attr}",
-                f"attribute {type(self_obj).__name__}",
-                value,
-                attr=attr,
-                owner=id(self_obj),
-                cls=type(self_obj),
-                holds_modules=_plain_holder_of(value, torch) == "modules",
-            )
+        _add_attributes_read(collector, self_obj, code, torch)
+
+
+def _add_attributes_read(collector: Collector, module: Any, code: Any, torch: Any) -> None:
+    """The plain tensor attributes (and plain holders of modules) a module method reads: what
+    ``module.to()`` never moved, named ``self.attr``."""
+    for attr, value in _module_attribute_tensors(module, code, torch):
+        collector.add(
+            f"self.{attr}",
+            f"attribute {type(module).__name__}",
+            value,
+            attr=attr,
+            owner=id(module),
+            cls=type(module),
+            holds_modules=_plain_holder_of(value, torch) == "modules",
+        )
 
 
 def _parts_of_others(cands: list[Candidate]) -> set[str]:
