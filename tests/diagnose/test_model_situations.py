@@ -5,11 +5,9 @@ user sees after the failing cell names the right culprit on the right device, it
 valid Python, and applying the fix (and, where offered, the one-click move through the
 planner) makes the same cell succeed.
 
-What each guards against: a submodule's plain tensor attribute fixed with
-``model.2.register_buffer(...)`` (a SyntaxError); ``%%devicecheck`` without ``-d`` saying "as
-asked"; a trainer object's batch "fixed" by a comment pointing at cpu, or the button moving the
-trainer's model away from its optimizer's device; a hidden state made inside ``forward()``
-without a device not found at all.
+What they guard against: ``%%devicecheck`` without ``-d`` saying "as asked"; a trainer
+object's batch "fixed" by a comment pointing at cpu, or the button moving the trainer's model
+away from its optimizer's device.
 """
 
 from __future__ import annotations

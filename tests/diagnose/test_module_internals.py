@@ -1,14 +1,12 @@
 """Inside the model: plain tensor attributes, tensors made in forward() without a device,
-unnamed tensors from helpers. Real model code, used as a demanding user would: an in-process IPython shell with the
-extension loaded, cpu + the simulated accelerator. For each situation the diagnosis that the
-user sees after the failing cell names the right culprit on the right device, its fix is
-valid Python, and applying the fix (and, where offered, the one-click move through the
+unnamed tensors from helpers. Real model code, used as a demanding user would: an in-process
+IPython shell with the extension loaded, cpu + the simulated accelerator. For each situation
+the diagnosis that the user sees after the failing cell names the right culprit on the right
+device, its fix is valid Python, and applying the fix (and, where offered, the one-click move through the
 planner) makes the same cell succeed.
 
-What each guards against: a submodule's plain tensor attribute fixed with
-``model.2.register_buffer(...)`` (a SyntaxError); ``%%devicecheck`` without ``-d`` saying "as
-asked"; a trainer object's batch "fixed" by a comment pointing at cpu, or the button moving the
-trainer's model away from its optimizer's device; a hidden state made inside ``forward()``
+What they guard against: a submodule's plain tensor attribute fixed with
+``model.2.register_buffer(...)`` (a SyntaxError); a hidden state made inside ``forward()``
 without a device not found at all.
 """
 
