@@ -1,0 +1,50 @@
+"""A real ipyparallel cluster for the engine tests: two engines started once per test session
+(``ipp.Cluster(n=2)``, as ipyparallel's own docs start one), each with the simulated
+accelerator registered and the extension loaded, stopped at the end of the session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+ENGINES = 2
+# engines are separate processes: the simulated accelerator is registered there by this cell
+ENGINE_SETUP = (
+    "from torchdevice_magic.testing import simulated_accelerator\n"
+    "simulated_accelerator()\n"
+    "import torch\n"
+    "get_ipython().run_line_magic('load_ext', 'torchdevice_magic')\n"
+)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Any]:
+    """The connected ``ipyparallel.Client`` of a 2-engine cluster with the extension loaded on
+    every engine. Tests must leave the engines' namespaces as they found them (or use names of
+    their own): the cluster is shared by the whole session to keep its start-up (about 7 s) once."""
+    ipp = pytest.importorskip("ipyparallel")
+    # the engines import the package from this checkout, not from wherever the venv points
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [root, *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    running = ipp.Cluster(n=ENGINES, log_level=40)
+    client = running.start_and_connect_sync()
+    try:
+        client.wait_for_engines(ENGINES, timeout=60)
+        client[:].execute(ENGINE_SETUP, block=True)
+        yield client
+    finally:
+        client.close()
+        running.stop_cluster_sync()
+
+
+@pytest.fixture
+def engines(cluster: Any) -> Any:
+    """A blocking DirectView on every engine of the session's cluster."""
+    view = cluster[:]
+    view.block = True
+    return view
