@@ -9,7 +9,8 @@ and how big the whole is, so a table of one rank reads right ("128 B here, shard
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..units import format_bytes
@@ -61,3 +62,23 @@ def shard_note(
 def placement_dim(placement: Any) -> str:
     dim = getattr(placement, "dim", None)
     return f"({dim})" if isinstance(dim, int) else ""
+
+
+def sharded_module_note(params: Iterable[Any]) -> str:
+    """The note of a module whose parameters are DTensors (FSDP2's ``fully_shard``, or
+    ``distribute_module``): how many, the piece this rank holds of the first, and the global
+    size of them all. Empty for any other module, at no cost while ``torch.distributed.tensor``
+    was never imported."""
+    tensor_module = sys.modules.get("torch.distributed.tensor")
+    dtensor = getattr(tensor_module, "DTensor", None)
+    if dtensor is None:
+        return ""
+    sharded = [p for p in params if isinstance(p, dtensor)]
+    if not sharded:
+        return ""
+    global_bytes = sum(p.numel() * p.dtype.itemsize for p in sharded)
+    piece = dtensor_note(sharded[0]).removeprefix("DTensor ").partition(";")[0]
+    return (
+        f"{len(sharded)} sharded parameters (DTensor), this rank's {piece}; "
+        f"global {format_bytes(global_bytes)}"
+    )
