@@ -22,7 +22,7 @@ def test_a_process_that_is_no_rank_uses_its_current_device() -> None:
     ("info", "expected"),
     [
         # the launcher's LOCAL_RANK names the device on this machine
-        (RankInfo(rank=5, world_size=8, local_rank=1), 1),
+        (RankInfo(rank=4, world_size=8, local_rank=1), 1),
         # a group without a launcher: ranks numbered machine by machine
         (RankInfo(rank=3, world_size=4, local_rank=None), 1),
         (RankInfo(rank=1, world_size=2, local_rank=None), 1),
