@@ -1,6 +1,8 @@
 """On a rank, "Move all to <accelerator>" moves to the rank's own local device, never every rank
 to device 0, and the rank is warned about what it holds on another rank's device. Run on the
-simulated accelerator with two devices, as rank 1 (LOCAL_RANK=1, as torchrun sets it)."""
+simulated accelerator with two devices, as rank 1 (LOCAL_RANK=1, as torchrun sets it); and a
+move between the two devices, and its undo, keep a model, its gradients and its optimizer state
+together."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+import torchdevice_magic as tdm
 from torchdevice_magic import devices
 from torchdevice_magic.app import DeviceController, PlainSettings
 
@@ -70,3 +73,31 @@ def test_a_tensor_on_another_ranks_device_is_warned_about_once(rank_one: str) ->
         f"is {rank_one}:1: move it with .to('{rank_one}:1')"
     ]
     assert app.new_mixed_warnings(app.full_scan()) == []
+
+
+@pytest.mark.simulated
+@pytest.mark.parametrize(("start", "target"), [(1, "cpu"), (1, 0), (0, 1), ("cpu", 1)])
+def test_moves_between_two_devices_and_their_undo_keep_every_part_together(
+    two_devices: str, start: int | str, target: int | str
+) -> None:
+    def device(which: int | str) -> str:
+        return which if isinstance(which, str) else f"{two_devices}:{which}"
+
+    model = torch.nn.Linear(3, 2).to(device(start))
+    model(torch.ones(1, 3, device=device(start))).sum().backward()
+    optimizer = torch.optim.Adam(model.parameters())
+    optimizer.step()
+    weight = model.weight
+    namespace: dict[str, Any] = {"model": model, "x": torch.ones(2, 3, device=device(start))}
+    namespace["opt"] = optimizer
+
+    def places() -> set[str]:
+        grad = model.weight.grad
+        assert grad is not None and model.weight is weight
+        state = optimizer.state[weight]["exp_avg"]
+        return {str(t.device) for t in (model.weight, grad, namespace["x"], state)}
+
+    result = tdm.move(namespace, device(target))
+    assert result.ok and places() == {device(target)}
+    assert result.undo().ok and places() == {device(start)}
+    assert str(model(namespace["x"]).device) == device(start)
