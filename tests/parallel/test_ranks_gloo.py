@@ -59,17 +59,23 @@ def test_each_rank_moves_to_its_own_device_not_all_to_device_zero(ranks: Any) ->
     view.block = True
     view.execute(
         "from torchdevice_magic import devices\n"
+        "from torchdevice_magic.shell.extension import get_session\n"
         "import torchdevice_magic as tdm\n"
         "_tdm_ranks_x = torch.ones(4)\n"
-        # the accelerator named without an index, as "Move all to simdev" names it
-        "_tdm_ranks_result = tdm.move(globals(), 'simdev', ['_tdm_ranks_x'])\n"
-        "_tdm_ranks_seen = (dist.get_rank(), devices.best_device(),"
-        " str(_tdm_ranks_x.device), _tdm_ranks_result.ok)\n"
-        "del _tdm_ranks_result\n"
+        "_tdm_ranks_y = torch.ones(4)\n"
+        # what the table's "Move all" button does: the engine's controller, its default target
+        "_tdm_ranks_app = get_session(get_ipython()).app\n"
+        "_tdm_ranks_label = _tdm_ranks_app.header().move_all.label\n"
+        "_tdm_ranks_app.move(_tdm_ranks_app.default_target(), ['_tdm_ranks_x'])\n"
+        # the accelerator typed without an index
+        "tdm.move(globals(), 'simdev', ['_tdm_ranks_y'])\n"
+        "_tdm_ranks_seen = (dist.get_rank(), devices.best_device(), _tdm_ranks_label,"
+        " str(_tdm_ranks_x.device), str(_tdm_ranks_y.device))\n"
+        "del _tdm_ranks_app, _tdm_ranks_label, _tdm_ranks_x, _tdm_ranks_y\n"
     )
     assert view.pull("_tdm_ranks_seen") == [
-        (0, "simdev:0", "simdev:0", True),
-        (1, "simdev:1", "simdev:1", True),
+        (0, "simdev:0", "Move all to simdev:0", "simdev:0", "simdev:0"),
+        (1, "simdev:1", "Move all to simdev:1", "simdev:1", "simdev:1"),
     ]
     view.execute("del _tdm_ranks_seen")
 
