@@ -274,10 +274,10 @@ def _define_wrapper() -> type:
             # share that storage.
             storage = wrapper.untyped_storage()
             setattr(storage, "host", host)  # noqa: B010 - storages declare no such attribute
-            setattr(storage, "index", index)  # noqa: B010
-            if index == 0:
+            if index == 0:  # the index a storage without one has
                 wrapper.__class__ = cls
                 return wrapper
+            setattr(storage, "index", index)  # noqa: B010
             return _on_other_device(wrapper, cls)
 
         @property
@@ -416,9 +416,12 @@ class _Call:
 
         if isinstance(value, torch.Tensor):
             if value.device.type == DEVICE_TYPE:
-                host = _host_of(value)
+                storage = value.untyped_storage()  # carries the values and the device index
+                host = getattr(storage, "host", None)
+                if host is None:
+                    host = _host_of(value)  # raises its one-line error
                 self.hosts[id(host)] = value
-                index = _index_of(value)
+                index = getattr(storage, "index", 0)
                 if self.index is None:
                     self.index = index
                 self.devices.add((DEVICE_TYPE, index))
