@@ -101,16 +101,18 @@ def test_dtensor_rows_say_which_shard_each_rank_holds(ranks: Any) -> None:
         "from torch.distributed.device_mesh import init_device_mesh\n"
         "from torch.distributed.tensor import Shard, distribute_tensor\n"
         "import torchdevice_magic as tdm\n"
+        "from torchdevice_magic.viewmodel import make_row\n"
         "_tdm_ranks_mesh = init_device_mesh('cpu', (2,))\n"
         "_tdm_ranks_d = distribute_tensor(torch.ones(8, 4), _tdm_ranks_mesh, [Shard(0)])\n"
-        "_tdm_ranks_rows = [(r.note, r.bytes, r.shape)"
+        # the table's row: its size is this rank's piece, its status the shard and the whole
+        "_tdm_ranks_rows = [(make_row(r, None).status, make_row(r, None).size, r.shape)"
         " for r in tdm.scan({'d': _tdm_ranks_d}).records]\n",
     )
     view = ranks[:]
     view.block = True
     assert view.pull("_tdm_ranks_rows") == [
-        [("DTensor shard 0 of 2 (Shard(0)); global 8×4, 128 B", 64, (8, 4))],
-        [("DTensor shard 1 of 2 (Shard(0)); global 8×4, 128 B", 64, (8, 4))],
+        [("DTensor shard 0 of 2 (Shard(0)); global 8×4, 128 B", "64 B", (8, 4))],
+        [("DTensor shard 1 of 2 (Shard(0)); global 8×4, 128 B", "64 B", (8, 4))],
     ]
     view.execute("del _tdm_ranks_rows")
 

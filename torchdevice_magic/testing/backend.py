@@ -27,7 +27,9 @@ devices, simdev:0 and simdev:1!"), copies between them keep values, and ``torch.
 ``set_device``, ``current_device`` and the ``device(i)`` guard. A factory given ``"simdev"`` without
 an index (``torch.ones(2, device="simdev")``) uses the current device, as on CUDA; but C++'s
 ``.to("simdev")`` and ``torch.accelerator``'s ``current_device_index`` / ``set_device_index`` ask
-torch's Python-backend device guard, which knows one device, and so mean ``simdev:0``.
+torch's Python-backend device guard, which knows one device, and so mean ``simdev:0``; and a
+tensor torch makes in C++ without the fallback from one on ``simdev:1`` (``.data``, a tensor
+autograd saved) says ``simdev:0`` although its storage, which every operator here reads, says 1.
 
 What it does not have: pinned memory, memory statistics, streams, events or asynchrony (its
 ``synchronize`` has nothing to wait for), DataParallel's scatter, cuDNN-only paths;
