@@ -17,15 +17,13 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from torchdevice_magic.testing import DEVICES_VARIABLE
+from torchdevice_magic.testing import DEVICES_VARIABLE, simulated_accelerator
 
 SAME_DEVICE = "Expected all tensors to be on the same device"
 
 
 @pytest.fixture
 def two_devices(simulated_device: str) -> Iterator[str]:
-    from torchdevice_magic.testing import simulated_accelerator
-
     kind = simulated_accelerator(devices=2)
     try:
         yield kind
@@ -95,6 +93,10 @@ def test_the_current_device_is_what_an_index_less_factory_uses(two_devices: str)
     assert module.current_device() == 1
     with pytest.raises(RuntimeError, match="invalid device ordinal"):
         module.set_device(5)
+    # fewer devices: the current one, taken away, gives way to the first
+    simulated_accelerator(devices=1)
+    assert module.device_count() == 1 and module.current_device() == 0
+    assert str(torch.ones(1, device=two_devices).device) == f"{two_devices}:0"
 
 
 @pytest.mark.simulated

@@ -72,6 +72,8 @@ def simulated_accelerator(devices: int | None = None) -> str:
     """
     if devices is not None:
         _state["count"] = _checked_count(devices, "devices")
+        if _state["current"] >= _state["count"]:
+            _state["current"] = 0  # the current device went with the devices taken away
     elif "device_type" not in _state and os.environ.get(DEVICES_VARIABLE):
         _state["count"] = _checked_count(os.environ[DEVICES_VARIABLE], DEVICES_VARIABLE)
     if "device_type" not in _state:
