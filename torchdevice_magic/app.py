@@ -367,25 +367,7 @@ class DeviceController:
                 found.append(f"{record.name}: {record.note}")
             else:
                 found.append(f"{record.name} ({record.type}) spans {', '.join(record.devices)}")
-        return found + self.new_rank_warnings(inventory)
-
-    def new_rank_warnings(self, inventory: Inventory) -> list[str]:
-        """Objects this rank holds on another rank's device, not warned about before."""
-        from .devices import rank_info
-
-        info = rank_info()
-        if not info.is_rank or "torch" not in sys.modules:
-            return []
-        from .moves import best_device
-
-        own = best_device()
-        found = []
-        for name, type_name, device in ranks.foreign_placements(inventory.records, own, info):
-            key = ("rank", name, device, own)
-            if key not in self._warned:
-                self._warned.add(key)
-                found.append(ranks.foreign_warning(name, type_name, device, own, info))
-        return found
+        return found + ranks.new_rank_warnings(inventory, self._warned)
 
 
 class ControllerGone(RuntimeError):

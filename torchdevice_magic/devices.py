@@ -265,7 +265,8 @@ def _current_index(kind: str) -> int:
 
 def own_index(kind: str, count: int) -> int:
     """This process's own device index among ``count`` devices of ``kind``: a rank's local
-    device (:mod:`.ranks`), else the current device. What "Move all to cuda" means here."""
+    device (the rule in this module's docstring), else the current device: what "Move all to
+    cuda" means here."""
     return own_device_index(rank_info(), count, _current_index(kind))
 
 

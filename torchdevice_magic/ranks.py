@@ -9,10 +9,33 @@ meets its own. Pure core: plain records in, lines out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
-from .devices import RankInfo
+from .devices import RankInfo, best_device, rank_info
 from .records import Record
+
+
+class _HasRecords(Protocol):
+    @property
+    def records(self) -> Sequence[Record]: ...
+
+
+def new_rank_warnings(inventory: _HasRecords, warned: set[tuple[Any, ...]]) -> list[str]:
+    """One line per object this rank holds on another rank's device that ``warned`` does not
+    hold yet (it is added there). Nothing, and no record read, when this process is no rank."""
+    info = rank_info()
+    if not info.is_rank or "torch" not in sys.modules:
+        return []
+    own = best_device()
+    found = []
+    for name, type_name, device in foreign_placements(inventory.records, own, info):
+        key = ("rank", name, device, own)
+        if key not in warned:
+            warned.add(key)
+            found.append(foreign_warning(name, type_name, device, own, info))
+    return found
 
 
 def foreign_placements(

@@ -316,26 +316,33 @@ def _define_wrapper() -> type:
             # torch.load without map_location puts a cuda:1 tensor back on cuda:1
             return (_rebuild, (self.host, _index_of(self)))
 
-    class IndexedSimulatedTensor(SimulatedTensor):
+    # Tables and diagnoses show a tensor's type name; on a real accelerator it is "Tensor", and a
+    # notebook on the simulated device should read the same ("SimulatedTensor" is plumbing).
+    indexed = _define_indexed_wrapper(SimulatedTensor)
+    for wrapper_type in (SimulatedTensor, indexed):
+        wrapper_type.__name__ = wrapper_type.__qualname__ = "Tensor"
+    _state["indexed"] = indexed
+    return SimulatedTensor
+
+
+def _define_indexed_wrapper(base: type) -> type:
+    import torch
+
+    class IndexedSimulatedTensor(base):  # type: ignore[misc]  # a class made at run time
         """A tensor on a simulated device other than the first. The empty tensor torch makes
         for a Python backend is always on device 0; this one's ``device`` is asked of Python
         (torch's "python custom device" policy, which calls ``__torch_dispatch__`` with
         ``prim.device`` only), and answers the index its storage carries."""
 
         @classmethod
-        def __torch_dispatch__(  # type: ignore[override]  # torch stubs it as a plain function
+        def __torch_dispatch__(
             cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
         ) -> Any:
             if func is torch.ops.prim.device.default:
                 return torch.device(DEVICE_TYPE, _index_of(args[0]))
             return NotImplemented  # never reached: these tensors carry no Python dispatch key
 
-    # Tables and diagnoses show a tensor's type name; on a real accelerator it is "Tensor", and a
-    # notebook on the simulated device should read the same ("SimulatedTensor" is plumbing).
-    for wrapper_type in (SimulatedTensor, IndexedSimulatedTensor):
-        wrapper_type.__name__ = wrapper_type.__qualname__ = "Tensor"
-    _state["indexed"] = IndexedSimulatedTensor
-    return SimulatedTensor
+    return IndexedSimulatedTensor
 
 
 def _on_other_device(empty: Any, cls: type) -> Any:
