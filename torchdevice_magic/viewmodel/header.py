@@ -53,7 +53,7 @@ def device_bars(inventory: Any) -> list[DeviceBar]:
         rows = [_CpuTotal(device, nbytes) for device, nbytes in totals.items()]
     else:
         rows = inventory.device_totals()
-    relative = [t.bytes for t in rows if t.capacity is None and t.device != "meta"]
+    relative = [t.bytes for t in rows if t.capacity is None and t.device not in ("meta", "disk")]
     largest = max(relative, default=0) or 1
     bars = []
     for total in rows:
@@ -63,6 +63,10 @@ def device_bars(inventory: Any) -> list[DeviceBar]:
                     "meta", 0, f"0 B (meta; needs {format_bytes(total.would_need_bytes)})", 0.0
                 )
             )
+            continue
+        if total.device == "disk":  # accelerate's offload files: apart from RAM, no bar
+            text = f"{format_bytes(total.bytes)} (memory-mapped offload files, not in RAM)"
+            bars.append(DeviceBar("disk", total.bytes, text, 0.0))
             continue
         if total.capacity:
             text = f"{format_bytes(total.bytes)} of {format_bytes(total.capacity)}"
