@@ -209,6 +209,9 @@ class Header:
     move_selected: Action
     undo: Action
     refresh: Action
+    #: facts about the devices themselves, one line each: where the accelerator was first
+    #: initialised, what its used memory is made of
+    device_notes: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -216,6 +219,7 @@ class Header:
             "message": self.message,
             "bars": [b.to_wire() for b in self.bars],
             "totals_note": self.totals_note,
+            "device_notes": list(self.device_notes),
             "warnings": list(self.warnings),
             "targets": [t.to_wire() for t in self.targets],
             "target": self.target,
@@ -276,6 +280,7 @@ def header(
     last_undoable: bool = True,
     busy: bool = False,
     counts: Tally | None = None,
+    device_notes: Sequence[str] = (),
 ) -> Header:
     targets = tuple(targets)
     chosen = choose_target(targets, target, default_target)
@@ -331,6 +336,7 @@ def header(
         move_selected=move_selected,
         undo=undo,
         refresh=refresh,
+        device_notes=tuple(device_notes) if inventory.torch_imported else (),
     )
 
 
