@@ -82,8 +82,8 @@ def test_on_a_gpu_the_figures_add_up_to_what_the_driver_says() -> None:
     assert figures is not None and figures.allocated >= x.nbytes
     assert figures.reserved - figures.allocated >= GIB
     text = vm.used_memory_text("cuda:0", figures, x.nbytes)
-    free, total = torch.cuda.mem_get_info(0)
-    assert text.startswith(f"cuda:0: {format_bytes(total - free)} used of {format_bytes(total)}")
+    used = format_bytes(figures.total - figures.free)
+    assert text.startswith(f"cuda:0: {used} used of {format_bytes(torch.cuda.mem_get_info(0)[1])}")
     assert f"{format_bytes(x.nbytes)} in your variables" in text
     torch.cuda.empty_cache()
     after = usage_figures("cuda:0")
