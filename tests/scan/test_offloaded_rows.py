@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import offloadmodels
+import pytest
 import torch
-from offloadmodels import LINEAR_BYTES, cpu_offloaded, disk_offloaded, dispatched
+from offloadmodels import LINEAR_BYTES, accelerate, cpu_offloaded, disk_offloaded, dispatched
 
 import torchdevice_magic as tdm
 from torchdevice_magic.scan import bytes_by_device
@@ -67,3 +69,21 @@ def test_a_rescan_keeps_the_offloaded_figures(tmp_path: Path) -> None:
     namespace["x"] = torch.ones(4)
     second = tdm.scan(namespace, previous=first, changed={"x"})
     assert second.totals() == {"cpu": 16, "disk": 2 * LINEAR_BYTES}
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_a_gpu_a_device_map_offloads_a_module_to_the_cpu() -> None:
+    """With an accelerator, a device map's "cpu" modules are offloaded: meta parameters on
+    the model, their weights in the hooks' OffloadedWeightsLoader in CPU memory."""
+    model = accelerate.dispatch_model(
+        offloadmodels.model(), device_map={"0": 0, "1": 0, "2": "cpu"}
+    )
+    assert model[2].weight.device.type == "meta"
+    inventory = tdm.scan({"model": model})
+    (record,) = inventory.records
+    assert record.devices == ("cpu", "cuda:0") and not record.mixed
+    assert record.bytes_by_device == {"cpu": LINEAR_BYTES, "cuda:0": LINEAR_BYTES}
+    assert record.note.startswith("offloaded: cpu 16.2 KiB;")
+    assert inventory.totals() == {"cpu": LINEAR_BYTES, "cuda:0": LINEAR_BYTES}
+    assert model(torch.ones(1, 64, device="cuda:0")).device.type == "cuda"  # hooks intact
