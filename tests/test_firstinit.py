@@ -124,7 +124,12 @@ def test_the_real_fork_messages_are_explained_with_the_cell(
     watch.start()
     torch.cuda._lazy_init()
     watch.after_cell(4)
-    for error in (torch_error, launcher_error, RuntimeError("wrapped")):
+    alone = _accelerate_fork_error(RuntimeError("the child's error"))
+    assert str(alone).startswith(
+        "CUDA has been initialized before the `notebook_launcher` could create a forked "
+        "subprocess. This likely stems from an outside import"
+    )
+    for error in (torch_error, alone, launcher_error, RuntimeError("wrapped")):
         if error.args[0] == "wrapped":
             error.__context__ = launcher_error  # found in the exception chain too
         advice = fork_error_advice(error, watch.sites)
