@@ -33,6 +33,7 @@ __all__ = [
     "CellRun",
     "ShownErrors",
     "Wrapper",
+    "traceback_cell",
     "unwrap_run",
     "user_code",
     "wrapped_cell",
@@ -171,6 +172,22 @@ def _cell_frames(err: BaseException, chain: list[BaseException]) -> list[tuple[A
         if found:
             return found
     return []
+
+
+def traceback_cell(err: BaseException) -> str:
+    """The source of the cell that raised ``err``, read back from where the shell compiled it
+    (IPython caches every cell's code in ``linecache`` under its cell file name): the cell of
+    the outermost cell frame on the traceback, or "" where there is none (code run by
+    ``exec``, a function called by an ipyparallel ``apply``). A silent run (ipyparallel's
+    ``execute``, ``run_cell(silent=True)``) fires no ``pre_run_cell`` hook, so this is the only
+    place its source can be read from."""
+    frames = _cell_frames(err, [])
+    if not frames:
+        return ""
+    try:
+        return "".join(linecache.getlines(frames[0][0].f_code.co_filename))
+    except Exception:
+        return ""
 
 
 def unwrap_run(

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..app import DeviceController
-from ..diagnose import ShownErrors, wrapped_cell
+from ..diagnose import ShownErrors, traceback_cell, wrapped_cell
 from ..memory import reset_peaks
 from .config import TorchDeviceMagic
 
@@ -51,7 +51,8 @@ class DeviceSession:
         ) = None
         #: the error the handler explained for %%devicecheck (the magic does not explain it twice)
         self.checked_error: BaseException | None = None
-        #: the running cell's ExecutionInfo (pre_run_cell): its source and cell id
+        #: the running cell's ExecutionInfo (pre_run_cell): its source and cell id; None between
+        #: cells and during a silent run (which fires no hooks)
         self.running: Any = None
         #: the error the custom exception handler already explained (not explained twice)
         self._explained: BaseException | None = None
@@ -108,6 +109,10 @@ class DeviceSession:
     def post_run_cell(self, result: Any) -> None:
         """After every (non-silent) cell. Never raises into the user's session."""
         self._cell_depth = max(0, self._cell_depth - 1)
+        if self._cell_depth == 0:
+            # a silent run (ipyparallel's execute) fires no pre_run_cell: left here, this
+            # cell's source would explain that run's error
+            self.running = None
         if "torch" not in sys.modules:
             return  # nothing can hold a tensor yet, and we never import torch ourselves
         try:
@@ -254,6 +259,8 @@ class DeviceSession:
                 else:
                     running = self.running
                     cell = getattr(running, "raw_cell", None) or ""
+                    if running is None:  # a silent run: its code is where IPython cached it
+                        cell = traceback_cell(value)
                     if self._cell_depth > 1:  # %%capture's body: the user wrote the outer cell
                         outer = getattr(self._outer_cell, "raw_cell", None) or ""
                         if wrapped_cell(outer, cell) is outer:
