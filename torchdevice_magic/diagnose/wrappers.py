@@ -301,10 +301,15 @@ def _namespace_of(frame: Any, namespace: Mapping[str, Any] | None) -> Mapping[st
 class ShownErrors:
     """The error a magic caught and showed itself: ``%run`` shows the script's traceback and
     the cell ends without an error. IPython records every error it shows as
-    ``sys.last_value``; one that appeared since the last cell ended is new. Only its ``id`` is
+    ``sys.last_value``; one that appeared since the cell started is new. Only its ``id`` is
     kept here, so no traceback (and no tensor its frames hold) is kept alive."""
 
     def __init__(self) -> None:
+        self._last = id(getattr(sys, "last_value", None))
+
+    def cell_started(self) -> None:
+        """Errors shown before this cell (between cells: an ipyparallel engine's ``apply``
+        shows its error with no cell around it) are not this cell's."""
         self._last = id(getattr(sys, "last_value", None))
 
     def error_of(self, result: Any) -> BaseException | None:

@@ -21,9 +21,11 @@ from ..app import DeviceController
 from ..diagnose import ShownErrors, traceback_cell, wrapped_cell
 from ..memory import reset_peaks
 from .config import TorchDeviceMagic
+from .engine import widgets_render
 
 if TYPE_CHECKING:  # comm.py imports the ``comm`` package: loaded only by the extension
     from .comm import SidebarChannel
+    from .engine import EngineReplies
 
 log = logging.getLogger("torchdevice_magic")
 
@@ -66,6 +68,8 @@ class DeviceSession:
         self._outer_cell: Any = None
         #: the sidebar's comm channel (set by the extension)
         self.channel: SidebarChannel | None = None
+        #: on an ipyparallel engine: names the engine, sends the diagnosis with the error reply
+        self.engine: EngineReplies | None = None
         self._peak_from_cell_start = False
         self.config.observe(self._config_changed)
 
@@ -94,6 +98,7 @@ class DeviceSession:
         if self._cell_depth == 0:
             self._outer_display = getattr(self.shell, "display_pub", None)
             self._outer_cell = info
+            self.shown_errors.cell_started()
         self._cell_depth += 1
         self._peak_from_cell_start = False
         if "torch" not in sys.modules:
@@ -174,6 +179,8 @@ class DeviceSession:
         from .fixbutton import settle_trial
 
         diagnosis = settle_trial(self.app, diagnosis, cell_id)  # a failed one-click move: undone
+        if self.engine is not None:
+            diagnosis = self.engine.named(diagnosis)
         # text for terminals and logs, escaped HTML where a notebook renders it; shown where
         # the outermost cell shows its output, as its traceback is (not into a %%capture)
         shell, inner = self.shell, getattr(self.shell, "display_pub", None)
@@ -185,7 +192,7 @@ class DeviceSession:
         finally:
             if outer is not None:
                 shell.display_pub = inner
-        if diagnosis.action is not None and getattr(self.shell, "kernel", None) is not None:
+        if diagnosis.action is not None and widgets_render(self.shell):
             from .fixbutton import fix_button
 
             # the button outlives %unload_ext in the output: it must not keep this session
@@ -275,7 +282,9 @@ class DeviceSession:
             except Exception:
                 log.exception("torchdevice_magic: explaining the error failed")
                 diagnosis = None
-        if diagnosis is None or self.config.show_full_traceback:
+        # an ipyparallel error renders the engines' own (already shortened) tracebacks
+        remote = hasattr(value, "_render_traceback_")
+        if diagnosis is None or self.config.show_full_traceback or remote:
             shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
             return None
         keep_for_debugging(etype, value, tb)
