@@ -55,8 +55,11 @@ def cleanup(engines: Any) -> Any:
 
 
 def test_execute_names_the_culprits_and_the_engine_with_no_widget(engines, cleanup) -> None:
-    # dv.execute runs the cell silently: no pre_run_cell hook sees it
-    result = engines.execute(CELL, block=False)
+    # dv.execute runs a cell silently: no pre_run_cell hook sees it. The names come from an
+    # earlier cell, so the fix is a move a button could make (where widgets render)
+    setup, failing = CELL.rsplit("\n", 2)[:2]
+    engines.execute(setup)
+    result = engines.execute(failing, block=False)
     error = error_of(result)
     outputs = engine_outputs(result)
     assert [data["text/plain"].split("\nFix")[0] for data in outputs] == [
@@ -70,7 +73,7 @@ def test_execute_names_the_culprits_and_the_engine_with_no_widget(engines, clean
     assert finding.engines == (0, 1)
     assert finding.diagnosis.origin == "engines 0, 1"
     assert [c.name for c in finding.diagnosis.culprits] == ["engine_x", "engine_model"]
-    assert finding.line == {**finding.line, "line": 3, "function": None}
+    assert finding.line == {**finding.line, "line": 1, "function": None}
     assert finding.px_line() == '%px engine_x = engine_x.to("simdev:0")'
 
 
