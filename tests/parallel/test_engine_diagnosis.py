@@ -153,3 +153,48 @@ def test_a_noblock_px_result_is_explained_when_it_is_read(client_shell) -> None:
     assert type(result.error_in_exec).__name__ == "CompositeError"
     client = [text for text in shown if text.startswith("Device mismatch on engines 0, 1")]
     assert len(client) == 1 and CULPRITS in client[0]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def process_group(cluster: Any, engines: Any) -> Any:
+    """A gloo process group across the two engines (rank = engine id), destroyed afterwards;
+    one another test left up is used as it is."""
+    engines.execute("import torch.distributed as tdm_dist\ntdm_up = tdm_dist.is_initialized()")
+    if all(engines.pull("tdm_up")):
+        yield
+        return
+    for engine in cluster.ids:
+        cluster[engine].push({"tdm_rank": engine})
+    init = (
+        f"tdm_dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{free_port()}', "
+        "rank=tdm_rank, world_size=2)"
+    )
+    engines.execute(init, block=False).get(timeout=60)  # both ranks must join at once
+    yield
+    engines.execute("tdm_dist.destroy_process_group(); del tdm_rank")
+
+
+def test_with_a_process_group_up_the_rank_and_host_are_named(engines, process_group) -> None:
+    import socket
+
+    setup, failing = CELL.rsplit("\n", 2)[:2]
+    engines.execute(setup)
+    result = engines.execute(failing, block=False)
+    error = error_of(result)
+    engines.execute(CLEANUP)
+    host = socket.gethostname()  # the engines run on this machine
+    heads = [data["text/plain"].split(":")[0] for data in engine_outputs(result)]
+    assert heads == [f"Device mismatch on engine {r} (rank {r} of 2 on {host})" for r in (0, 1)]
+    found = engine_diagnoses(error)
+    assert found is not None
+    assert [f.diagnosis.origin for f in found.findings] == [
+        f"engines 0, 1 (ranks 0, 1 of 2 on {host})"
+    ]
