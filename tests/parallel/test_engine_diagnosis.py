@@ -198,3 +198,19 @@ def test_with_a_process_group_up_the_rank_and_host_are_named(engines, process_gr
     assert [f.diagnosis.origin for f in found.findings] == [
         f"engines 0, 1 (ranks 0, 1 of 2 on {host})"
     ]
+
+
+WRAPPED = (
+    "tdm_wrapped = sorted(set(vars(get_ipython().kernel)) & {'init_metadata', 'finish_metadata'})"
+)
+
+
+def test_unload_gives_the_engine_kernel_its_own_methods_back(engines) -> None:
+    engines.execute(WRAPPED)
+    assert engines.pull("tdm_wrapped") == [["finish_metadata", "init_metadata"]] * 2
+    try:
+        engines.execute("%unload_ext torchdevice_magic")
+        engines.execute(WRAPPED)
+        assert engines.pull("tdm_wrapped") == [[], []]
+    finally:
+        engines.execute("%load_ext torchdevice_magic\ndel tdm_wrapped")
