@@ -9,7 +9,8 @@ alternating order. Time is the engine's own: from the moment it started the requ
 date on its reply (ipyparallel's ``started`` and ``completed`` metadata), so the client's and
 the network's share is not in it. Figures per engine: median of the per-round differences
 (target <= 5 ms) and of the per-round ratios. A failing cell (the diagnosis' cost) is printed
-for reference.
+for reference, and the same two cells in this process's own IPython shell (no engine, the
+same namespace): what the ordinary hook costs there.
 
 Run: ``python benchmarks/engines_cell.py [rounds]`` from the repository root.
 """
@@ -88,6 +89,34 @@ def report(name: str, rounds: list[tuple[list[float], list[float]]], target: str
         )
 
 
+def in_process(cell: str, rounds: int) -> list[float]:
+    """The same comparison in this process's IPython shell (no engine): per round, the mean
+    time of 10 runs of ``cell`` with the extension minus without it, in ms."""
+    import time
+
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    if "bench_model" not in shell.user_ns:
+        shell.run_cell(SETUP)
+
+    def mean_ms(runs: int = 10) -> float:
+        start = time.perf_counter()
+        for _ in range(runs):
+            shell.run_cell(cell)
+        return (time.perf_counter() - start) / runs * 1e3
+
+    added = []
+    for _ in range(rounds):
+        shell.run_line_magic("load_ext", "torchdevice_magic")
+        mean_ms(2)
+        loaded = mean_ms()
+        shell.run_line_magic("unload_ext", "torchdevice_magic")
+        mean_ms(2)
+        added.append(loaded - mean_ms())
+    return added
+
+
 def main() -> None:
     import ipyparallel as ipp
 
@@ -108,6 +137,13 @@ def main() -> None:
     finally:
         client.close()
         cluster.stop_cluster_sync()
+    for name, cell in (("no_grad cell", NO_GRAD_CELL), ("graph cell  ", CELL)):
+        added = in_process(cell, 15)
+        quartiles = statistics.quantiles(added, n=4)
+        print(
+            f"{name} in this process (no engine): added {statistics.median(added):6.2f} ms "
+            f"(quartiles {quartiles[0]:.2f} - {quartiles[2]:.2f})"
+        )
 
 
 if __name__ == "__main__":
