@@ -37,6 +37,15 @@ def failing_function() -> Any:
     return weights(batch)
 
 
+@ipp.interactive
+def failing_step(size: int) -> Any:
+    import torch
+
+    layer = torch.nn.Linear(size, 4).to("simdev:0")
+    inputs = torch.randn(2, size)
+    return layer(inputs)
+
+
 def engine_outputs(result: Any) -> list[dict[str, Any]]:
     """The display data each engine sent, in engine order."""
     return [out.get("data", {}) for outputs in result.outputs for out in outputs]
@@ -94,6 +103,16 @@ def test_a_function_run_by_apply_is_explained_from_its_own_frames(engines) -> No
     where = f"At line {failing} in failing_function() (test_engine_diagnosis.py)"
     assert f"{where}: return weights(batch)" in text
     assert finding.method == "apply" and finding.px_line() == ""
+
+
+def test_a_function_run_by_map_is_explained_on_every_engine(engines) -> None:
+    error = error_of(engines.map_async(failing_step, [8, 8]))
+    found = engine_diagnoses(error)
+    assert found is not None, str(error)
+    (finding,) = found.findings
+    assert finding.engines == (0, 1) and finding.method == "apply"
+    assert [c.name for c in finding.diagnosis.culprits] == ["inputs", "layer"]
+    assert finding.line is not None and finding.line["function"] == "failing_step"
 
 
 def test_one_engine_s_remote_error_carries_its_diagnosis(cluster) -> None:
