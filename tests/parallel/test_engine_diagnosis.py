@@ -191,14 +191,14 @@ def process_group(cluster: Any, engines: Any) -> Any:
         yield
         return
     for engine in cluster.ids:
-        cluster[engine].push({"tdm_rank": engine})
+        cluster[engine].push({"tdm_rank": engine}, block=True)
     init = (
         f"tdm_dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{free_port()}', "
         "rank=tdm_rank, world_size=2)"
     )
     engines.execute(init, block=False).get(timeout=60)  # both ranks must join at once
     yield
-    engines.execute("tdm_dist.destroy_process_group(); del tdm_rank")
+    engines.execute("tdm_dist.destroy_process_group(); del tdm_rank, tdm_up, tdm_dist")
 
 
 def test_with_a_process_group_up_the_rank_and_host_are_named(engines, process_group) -> None:
