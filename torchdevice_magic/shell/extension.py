@@ -10,14 +10,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from .hooks import DeviceSession
-
-_SESSION_ATTRIBUTE = "_torchdevice_magic_session"
-
-
-def get_session(shell: Any) -> DeviceSession | None:
-    """The extension's session of ``shell`` (None while it is not loaded there)."""
-    return getattr(shell, _SESSION_ATTRIBUTE, None)
+from .hooks import SESSION_ATTRIBUTE, DeviceSession, get_session
 
 
 def load(shell: Any) -> DeviceSession:
@@ -29,7 +22,7 @@ def load(shell: Any) -> DeviceSession:
     from .magics import DeviceMagics
 
     session = DeviceSession(shell)
-    setattr(shell, _SESSION_ATTRIBUTE, session)
+    setattr(shell, SESSION_ATTRIBUTE, session)
     shell.register_magics(DeviceMagics(shell, session))
     shell.events.register("pre_run_cell", session.pre_run_cell)
     shell.events.register("post_run_cell", session.post_run_cell)
@@ -67,7 +60,7 @@ def unload(shell: Any) -> None:
         shell.configurables.remove(session.config)
     if session.channel is not None:
         session.channel.unregister()
-    delattr(shell, _SESSION_ATTRIBUTE)
+    delattr(shell, SESSION_ATTRIBUTE)
 
 
 __all__ = ["get_session", "load", "unload"]
