@@ -1,0 +1,114 @@
+"""One view of every engine (shell/gather.py) on the session's real 2-engine cluster: each
+engine's summary is small plain data, an expanded engine sends its objects, a busy engine never
+hangs the gather, and the user's own requests and results are left as they were."""
+
+from __future__ import annotations
+
+import pickle
+import time
+from typing import Any
+
+import pytest
+
+from torchdevice_magic import engines_frame
+from torchdevice_magic.shell.gather import gather
+
+pytestmark = pytest.mark.engines
+
+PLACE = (
+    "_gather_model = torch.nn.Linear(8, 4).to('simdev:0')\n"  # 32 + 4 floats: 144 B
+    "_gather_x = torch.randn(2, 8)\n"  # 64 B on the cpu
+)
+CLEAN = "del _gather_model, _gather_x"
+
+
+@pytest.fixture
+def placed(engines: Any) -> Any:
+    engines.execute(PLACE)
+    yield engines
+    engines.execute(CLEAN)
+
+
+def test_every_engine_sends_a_small_summary_of_its_devices(cluster: Any, placed: Any) -> None:
+    gathered = gather(cluster, timeout=30)
+    assert gathered.missing == {}
+    assert sorted(a.engine for a in gathered.answers) == [0, 1]
+    for answer in gathered.answers:
+        devices = {device: (nbytes, count) for device, nbytes, count in answer.devices()}
+        assert devices["simdev:0"] == (144, 1)
+        assert devices["cpu"][0] >= 64
+        assert answer.rows is None  # not expanded: no object travels
+        assert len(pickle.dumps(dict(answer.summary))) <= 2048
+    frame = engines_frame(cluster, timeout=30)
+    simdev = frame[frame.device == "simdev:0"]
+    assert simdev.engine.tolist() == [0, 1]
+    assert simdev.bytes.tolist() == [144, 144]
+    assert set(frame.status) == {"ok"}
+
+
+def test_an_expanded_engine_sends_its_objects_and_only_that_one(cluster: Any, placed: Any) -> None:
+    gathered = gather(cluster, timeout=30, expand=[1])
+    by_engine = {a.engine: a for a in gathered.answers}
+    assert by_engine[0].rows is None
+    rows = {row[0]: row for row in by_engine[1].rows or []}
+    assert rows["_gather_model"] == ["_gather_model", "module", "Linear", "simdev:0", 144]
+    assert rows["_gather_x"] == ["_gather_x", "tensor", "Tensor", "cpu", 64]
+    frame = engines_frame(cluster, timeout=30, engine=1)
+    assert set(frame.engine) == {1}
+    assert {"_gather_model", "_gather_x"} <= set(frame.name)
+
+
+def test_a_busy_engine_is_named_and_the_users_pending_result_stays_theirs(
+    cluster: Any, engines: Any
+) -> None:
+    busy = cluster[0].execute("import time; time.sleep(2.5); print('my own output')", block=False)
+    history = list(cluster.history)
+    started = time.perf_counter()
+    gathered = gather(cluster, timeout=0.5)
+    waited = time.perf_counter() - started
+    assert waited < 2.0  # the busy engine did not hold the client
+    assert [a.engine for a in gathered.answers] == [1]
+    assert "no answer within 0.5 s" in gathered.missing[0]
+    assert "engine 0" in gathered.text()
+    # the gather's own requests never show in the user's history
+    assert cluster.history == history
+    assert cluster.history[-1] == busy.msg_ids[0]
+    busy.get(timeout=30)
+    assert busy.stdout == "my own output\n"
+    # the aborted request is answered once the engine is free: nothing stays outstanding
+    deadline = time.perf_counter() + 10
+    while cluster.outstanding and time.perf_counter() < deadline:
+        time.sleep(0.05)
+    assert not cluster.outstanding
+    assert gather(cluster, timeout=30).missing == {}
+
+
+def test_an_unknown_engine_is_named(cluster: Any) -> None:
+    gathered = gather(cluster, timeout=30, expand=[7])
+    assert gathered.missing == {7: "no such engine"}
+    assert len(gathered.answers) == 2
+
+
+def test_devices_engines_magic_shows_the_table_of_the_px_client(
+    cluster: Any, placed: Any, ip: Any, capsys: Any
+) -> None:
+    cluster.activate()  # what %px uses: the gather finds the client there
+    try:
+        ip.run_line_magic("devices", "--engines --text")
+        frame = ip.run_line_magic("devices", "--engines 0 -o")
+    finally:
+        px = ip.magics_manager.registry.pop("ParallelMagics", None)
+        for kind, names in getattr(px, "magics", {}).items():
+            for name in names:
+                ip.magics_manager.magics[kind].pop(name, None)
+    shown = capsys.readouterr().out
+    assert "simdev:0" in shown and "144 B" in shown
+    assert set(frame.engine) == {0}
+    assert "_gather_model" in set(frame.name)
+
+
+def test_without_a_client_the_magic_says_how_to_connect_one(ip: Any) -> None:
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match="no ipyparallel client"):
+        ip.run_line_magic("devices", "--engines")

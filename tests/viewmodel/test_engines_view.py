@@ -1,0 +1,81 @@
+"""viewmodel/engines.py: an engine's summary is plain data from its records and totals, and the
+client's table puts the answers together (one row per engine x device, missing engines named)."""
+
+from __future__ import annotations
+
+import json
+
+from torchdevice_magic.records import DeviceTotal, Record
+from torchdevice_magic.viewmodel.engines import (
+    EngineAnswer,
+    Gathered,
+    engine_summary,
+    object_rows,
+)
+
+
+def _record(name: str, devices: tuple[str, ...], nbytes: int, kind: str = "tensor") -> Record:
+    return Record(name=name, root=name.split(".")[0], kind=kind, type="Tensor", devices=devices,
+                  bytes=nbytes)  # fmt: skip
+
+
+RECORDS = [
+    _record("w", ("cuda:1",), 4000),
+    _record("x", ("cpu",), 64),
+    _record("model", ("cpu", "cuda:1"), 500, kind="module"),
+    _record("model.fc", ("cuda:1",), 400, kind="module"),  # a child row is not a name
+]
+TOTALS = [
+    DeviceTotal("cpu", 164, 164),
+    DeviceTotal("cuda:1", 4400, 4400, allocated=5000, reserved=6000, capacity=80_000),
+]
+
+
+def test_a_summary_counts_names_per_device_and_keeps_the_allocator_figures() -> None:
+    summary = engine_summary(RECORDS, TOTALS, rank=1, host="node-a", pid=42)
+    assert summary["devices"] == {"cpu": [164, 2], "cuda:1": [4400, 2]}
+    assert summary["memory"] == {"cuda:1": [5000, 6000, 80_000]}
+    assert summary["objects"] == 3
+    assert (summary["rank"], summary["host"], summary["pid"]) == (1, "node-a", 42)
+    assert json.loads(json.dumps(summary)) == summary  # plain data only
+
+
+def test_object_rows_are_the_names_biggest_first_up_to_the_limit() -> None:
+    assert object_rows(RECORDS) == [
+        ["w", "tensor", "Tensor", "cuda:1", 4000],
+        ["model", "module", "Tensor", "cpu, cuda:1", 500],
+        ["x", "tensor", "Tensor", "cpu", 64],
+    ]
+    assert [row[0] for row in object_rows(RECORDS, limit=1)] == ["w"]
+
+
+def test_the_table_has_a_row_per_engine_and_device_and_names_the_silent_engines() -> None:
+    summary = engine_summary(RECORDS, TOTALS, rank=1, host="node-a", pid=42)
+    empty = engine_summary([], [], rank=0, host="node-a", pid=41)
+    gathered = Gathered(
+        [EngineAnswer(1, summary), EngineAnswer(0, empty)],
+        {2: "no answer within 2 s (busy with a running cell, stopped or dead)"},
+    )
+    rows = gathered.rows()
+    assert [(r["engine"], r["device"]) for r in rows] == [
+        (0, None), (1, "cpu"), (1, "cuda:1"), (2, None)
+    ]  # fmt: skip
+    assert (rows[2]["used"], rows[2]["total"]) == (5000, 80_000)
+    assert rows[3]["status"].startswith("no answer")
+    text = gathered.text()
+    assert "4.9 KiB / 78.1 KiB" in text
+    assert text.splitlines()[-1].startswith("no answer from engine 2")
+    frame = gathered.to_frame()
+    assert frame.attrs["missing"] == {2: gathered.missing[2]}
+    assert frame.engine.tolist() == [0, 1, 1, 2]
+
+
+def test_expanded_objects_are_listed_and_escaped_in_html() -> None:
+    summary = engine_summary(RECORDS, TOTALS, rank=None, host="<b>", pid=1)
+    rows = [["<x>", "tensor", "Tensor", "cpu", 64]]
+    gathered = Gathered([EngineAnswer(3, summary, rows)])
+    assert "engine 3:\n  <x>  Tensor  cpu  64 B" in gathered.text()
+    html = gathered._repr_html_()
+    assert "&lt;x&gt;" in html and "&lt;b&gt;" in html and "<x>" not in html
+    frame = gathered.to_frame(objects=True)
+    assert frame.name.tolist() == ["<x>"]
