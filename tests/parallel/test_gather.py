@@ -29,6 +29,18 @@ def placed(engines: Any) -> Any:
     engines.execute(CLEAN)
 
 
+@pytest.fixture
+def px_client(cluster: Any, ip: Any) -> Any:
+    """The cluster's client as the %px magics' (``rc.activate()``) in IPython's test shell,
+    taken away again afterwards (the shell is shared by every in-process test)."""
+    cluster.activate()
+    yield cluster
+    px = ip.magics_manager.registry.pop("ParallelMagics", None)
+    for kind, names in getattr(px, "magics", {}).items():
+        for name in names:
+            ip.magics_manager.magics[kind].pop(name, None)
+
+
 def test_every_engine_sends_a_small_summary_of_its_devices(cluster: Any, placed: Any) -> None:
     gathered = gather(cluster, timeout=30)
     assert gathered.missing == {}
@@ -90,17 +102,10 @@ def test_an_unknown_engine_is_named(cluster: Any) -> None:
 
 
 def test_devices_engines_magic_shows_the_table_of_the_px_client(
-    cluster: Any, placed: Any, ip: Any, capsys: Any
+    px_client: Any, placed: Any, ip: Any, capsys: Any
 ) -> None:
-    cluster.activate()  # what %px uses: the gather finds the client there
-    try:
-        ip.run_line_magic("devices", "--engines --text")
-        frame = ip.run_line_magic("devices", "--engines 0 -o")
-    finally:
-        px = ip.magics_manager.registry.pop("ParallelMagics", None)
-        for kind, names in getattr(px, "magics", {}).items():
-            for name in names:
-                ip.magics_manager.magics[kind].pop(name, None)
+    ip.run_line_magic("devices", "--engines --text")
+    frame = ip.run_line_magic("devices", "--engines 0 -o")
     shown = capsys.readouterr().out
     assert "simdev:0" in shown and "144 B" in shown
     assert set(frame.engine) == {0}
@@ -112,3 +117,55 @@ def test_without_a_client_the_magic_says_how_to_connect_one(ip: Any) -> None:
 
     with pytest.raises(UsageError, match="no ipyparallel client"):
         ip.run_line_magic("devices", "--engines")
+
+
+class _Channel:
+    """What the handler needs of the sidebar's channel: broadcast, recorded as the wire has it."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def broadcast(self, kind: str, **fields: Any) -> None:
+        from torchdevice_magic import protocol
+
+        message = protocol.envelope(kind, seq=len(self.sent) + 1, **fields)
+        protocol.check_message(message)  # every message the sidebar gets matches the schema
+        self.sent.append(message)
+
+
+def _request(expand: int | None) -> Any:
+    from torchdevice_magic import protocol
+
+    return protocol.parse_request(
+        {"protocol": "torchdevice_magic", "version": protocol.PROTOCOL_VERSION,
+         "type": "gather_engines", "request_id": "r1", "expand": expand}
+    )  # fmt: skip
+
+
+def test_the_sidebar_gets_every_engine_and_the_expanded_ones_objects(
+    px_client: Any, placed: Any
+) -> None:
+    from torchdevice_magic.shell.gather import engines_handler
+
+    channel = _Channel()
+    assert engines_handler(channel)(_request(1)) == (True, "", None)
+    [message] = channel.sent
+    assert message["available"] is True and message["expanded"] == 1
+    engines = {e["engine"]: e for e in message["engines"]}
+    assert engines[0]["objects"] is None
+    simdev = [d for d in engines[0]["devices"] if d["device"] == "simdev:0"]
+    assert simdev == [
+        {"device": "simdev:0", "objects": 1, "bytes": 144, "size": "144 B", "memory": ""}
+    ]
+    names = {o["name"]: o["size"] for o in engines[1]["objects"]}
+    assert names["_gather_model"] == "144 B" and names["_gather_x"] == "64 B"
+
+
+def test_without_a_client_the_sidebar_is_told_there_are_no_engines(ip: Any) -> None:
+    from torchdevice_magic.shell.gather import engines_handler
+
+    channel = _Channel()
+    engines_handler(channel)(_request(None))
+    [message] = channel.sent
+    assert message["available"] is False and message["engines"] == []
+    assert "no ipyparallel client" in message["message"]

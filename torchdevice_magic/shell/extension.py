@@ -32,6 +32,10 @@ def load(shell: Any) -> DeviceSession:
     session.channel = SidebarChannel(
         session.app, announce=getattr(shell, "kernel", None) is not None
     )
+    from .gather import engines_handler
+
+    # the sidebar's engines section: every ipyparallel engine of this kernel's client
+    session.channel.add_handler("gather_engines", engines_handler(session.channel))
     session.channel.register()
     return session
 

@@ -18,7 +18,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..viewmodel.engines import EngineAnswer, Gathered, engine_summary, object_rows
@@ -156,6 +156,29 @@ def engines_frame(
     return gathered.to_frame(objects=engine is not None)
 
 
+def engines_handler(channel: Any) -> Callable[[Any], tuple[bool, str, None]]:
+    """The sidebar's ``gather_engines`` request (a :class:`..protocol.Request`): gather, and
+    send every open sidebar an ``engines`` message; ``available`` is false without a client."""
+
+    def handle(request: Any) -> tuple[bool, str, None]:
+        expand = (request.fields or {}).get("expand")
+        try:
+            gathered = gather(timeout=DEFAULT_TIMEOUT, expand=() if expand is None else (expand,))
+        except LookupError as error:
+            channel.broadcast(
+                "engines", request_id=request.request_id, available=False, message=str(error),
+                engines=[], missing=[], seconds=0.0, expanded=None,
+            )  # fmt: skip
+            return True, "", None
+        channel.broadcast(
+            "engines", request_id=request.request_id, available=True,
+            message=gathered.missing_line(), expanded=expand, **gathered.to_wire(),
+        )  # fmt: skip
+        return True, "", None
+
+    return handle
+
+
 def _forget_history(client: Any, msg_ids: Iterable[str]) -> None:
     """Take the gather's requests out of the client's history: the user's last request stays
     ``rc.history[-1]``."""
@@ -174,4 +197,11 @@ def _abort_quietly(client: Any, result: Any, engine: int) -> None:
         client.abort(result.msg_ids, targets=engine, block=False)
 
 
-__all__ = ["DEFAULT_TIMEOUT", "engine_report", "engines_frame", "find_client", "gather"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "engine_report",
+    "engines_frame",
+    "engines_handler",
+    "find_client",
+    "gather",
+]

@@ -160,6 +160,33 @@ class Gathered:
         frame.attrs["missing"] = dict(self.missing)
         return frame
 
+    def to_wire(self) -> dict[str, Any]:
+        """The sidebar's ``engines`` fields (protocol.py ``Engine``, ``MissingEngine``): every
+        size already in words (the sidebar formats no number)."""
+        engines = []
+        for answer in sorted(self.answers, key=lambda a: a.engine):
+            devices = []
+            for device, nbytes, count in answer.devices():
+                used, total = answer.memory(device)
+                devices.append(
+                    {"device": device, "objects": count, "bytes": nbytes,
+                     "size": format_bytes(nbytes), "memory": _memory_text(used, total)}
+                )  # fmt: skip
+            objects = None
+            if answer.rows is not None:
+                objects = [
+                    {"name": str(n), "kind": str(k), "type": str(t), "device": str(d),
+                     "bytes": int(b), "size": format_bytes(b)}
+                    for n, k, t, d, b in answer.rows
+                ]  # fmt: skip
+            engines.append(
+                {"engine": answer.engine, "rank": answer.rank, "host": answer.host,
+                 "status": str(answer.summary.get("note", "")), "devices": devices,
+                 "objects": objects}
+            )  # fmt: skip
+        missing = [{"engine": e, "reason": why} for e, why in sorted(self.missing.items())]
+        return {"engines": engines, "missing": missing, "seconds": round(self.seconds, 4)}
+
     def missing_line(self) -> str:
         if not self.missing:
             return ""
@@ -218,11 +245,15 @@ class Gathered:
         return "".join(parts)
 
 
+def _memory_text(used: int | None, total: int | None) -> str:
+    """The accelerator's ``used / total`` ("" where the engine has no figures for it)."""
+    if used is None and total is None:
+        return ""
+    return " / ".join(format_bytes(v) if v is not None else "?" for v in (used, total))
+
+
 def _cells(row: Mapping[str, Any]) -> list[str]:
-    used, total = row["used"], row["total"]
-    memory = ""
-    if used is not None or total is not None:
-        memory = " / ".join(format_bytes(v) if v is not None else "?" for v in (used, total))
+    memory = _memory_text(row["used"], row["total"])
     return [
         str(row["engine"]),
         "-" if row["rank"] is None else str(row["rank"]),
