@@ -169,3 +169,36 @@ def test_without_a_client_the_sidebar_is_told_there_are_no_engines(ip: Any) -> N
     [message] = channel.sent
     assert message["available"] is False and message["engines"] == []
     assert "no ipyparallel client" in message["message"]
+
+
+def test_a_stopped_engine_is_named_and_one_without_the_extension_is_still_read() -> None:
+    """A cluster of its own (the shared one must stay whole): engine 0 is frozen (SIGSTOP, as a
+    hung or swapped-out process looks), engine 1 never loaded the extension."""
+    import os
+    import signal
+
+    ipp = pytest.importorskip("ipyparallel")
+    running = ipp.Cluster(n=2, log_level=40)
+    client = running.start_and_connect_sync()
+    try:
+        client.wait_for_engines(2, timeout=60)
+        client[:].execute("import torch\n_plain = torch.zeros(4)", block=True)
+        # the first gather imports the package on the engines: not what this test times
+        assert gather(client, timeout=60).missing == {}
+        pid = client[0].apply_sync(os.getpid)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.perf_counter()
+            gathered = gather(client, timeout=1.0)
+            assert time.perf_counter() - started < 3.0
+            assert "no answer within 1 s" in gathered.missing[0]
+            assert 1 not in gathered.missing, gathered.missing
+            [answer] = gathered.answers
+            assert answer.engine == 1
+            assert answer.summary["note"] == "the extension is not loaded on this engine"
+            assert answer.devices() == [("cpu", 16, 1)]
+        finally:
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        client.close()
+        running.stop_cluster_sync()
