@@ -294,9 +294,13 @@ class DeviceController:
         target: str | None = None,
         target_reason: str = "as asked",
     ) -> Any:
-        """The diagnosis of a device-mismatch error raised by ``cell`` (None for others)."""
-        from .diagnose import diagnose
+        """The diagnosis of a device-mismatch error raised by ``cell`` (None for others); for
+        an error from ipyparallel engines, what the engines themselves explained."""
+        from .diagnose import diagnose, engine_diagnoses
 
+        remote = engine_diagnoses(error)
+        if remote is not None:
+            return remote
         return diagnose(
             error,
             self.namespace,

@@ -19,6 +19,8 @@ def load(shell: Any) -> DeviceSession:
     if session is not None:
         return session
     from .comm import SidebarChannel
+    from .engine import engine_replies, widgets_render
+    from .gather import engines_handler
     from .magics import DeviceMagics
 
     session = DeviceSession(shell)
@@ -29,14 +31,12 @@ def load(shell: Any) -> DeviceSession:
     session.install_exception_handler()
     if session.config not in shell.configurables:
         shell.configurables.append(session.config)
-    session.channel = SidebarChannel(
-        session.app, announce=getattr(shell, "kernel", None) is not None
-    )
-    from .gather import engines_handler
-
+    # an ipyparallel engine has no sidebar of its own to announce to
+    session.channel = SidebarChannel(session.app, announce=widgets_render(shell))
     # the sidebar's engines section: every ipyparallel engine of this kernel's client
     session.channel.add_handler("gather_engines", engines_handler(session.channel))
     session.channel.register()
+    session.engine = engine_replies(shell)
     return session
 
 
@@ -64,6 +64,8 @@ def unload(shell: Any) -> None:
         shell.configurables.remove(session.config)
     if session.channel is not None:
         session.channel.unregister()
+    if session.engine is not None:
+        session.engine.remove()
     delattr(shell, SESSION_ATTRIBUTE)
 
 
