@@ -373,7 +373,14 @@ def test_08_engines(run_notebook):
     found = re.findall(r"DEVICE = (\w+)", shown(cell(nb, "setup")))
     assert len(found) == 2 and len(set(found)) == 1 and found[0] in ("cuda", "simdev"), found
     device = f"{found[0]}:0"
-    assert errors(cell(nb, "error")), "the mistake fails on the engines"
+    failing = cell(nb, "error")
+    assert errors(failing), "the mistake fails on the engines"
+    diagnosis = shown(failing)
+    assert (
+        f"Device mismatch on engines 0, 1: x (Tensor, 160 B) is on cpu; model (Sequential, "
+        f"1.6 KiB) is on {device}." in diagnosis
+    ), diagnosis
+    assert "HBox(" not in diagnosis  # no widget where no frontend can draw one
 
     # one row per engine and device, from the engines' summaries
     table = shown(cell(nb, "gathered"))
