@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -95,10 +96,17 @@ def test_a_busy_engine_is_named_and_the_users_pending_result_stays_theirs(
     assert gather(cluster, timeout=30).missing == {}
 
 
-def test_an_unknown_engine_is_named(cluster: Any) -> None:
+def test_an_engine_that_is_not_registered_is_named_not_asked(cluster: Any) -> None:
+    why = "not registered (stopped, dead or never started)"
     gathered = gather(cluster, timeout=30, expand=[7])
-    assert gathered.missing == {7: "no such engine"}
+    assert gathered.missing == {7: why}
     assert len(gathered.answers) == 2
+    # a view made before engine 9 went away (ipyparallel checks targets only when a view is
+    # made): it is named
+    kept_view = SimpleNamespace(client=cluster, targets=[1, 9])
+    gathered = gather(kept_view, timeout=30)
+    assert gathered.missing == {9: why}
+    assert [a.engine for a in gathered.answers] == [1]
 
 
 def test_devices_engines_magic_shows_the_table_of_the_px_client(

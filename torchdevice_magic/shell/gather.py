@@ -112,10 +112,14 @@ def gather(
     ``timeout`` seconds; the engines that did not answer are in ``Gathered.missing``."""
     client, targets = find_client(client_or_view)
     expanded = set(expand)
-    unknown = sorted(expanded - set(client.ids))
+    registered = set(client.ids)
+    # a view's engine that has since stopped (or an id never registered) is named, not asked
+    unknown = sorted((expanded | set(targets)) - registered)
     started = time.perf_counter()
     pending = {}
     for engine in targets:
+        if engine not in registered:
+            continue
         view = client.direct_view(engine)
         result = view.apply_async(engine_report, engine in expanded)
         _forget_history(client, result.msg_ids)
@@ -123,7 +127,8 @@ def gather(
     deadline = started + timeout
     for result in pending.values():
         result.wait(max(deadline - time.perf_counter(), 0.0))
-    answers, missing = [], {engine: "no such engine" for engine in unknown}
+    answers = []
+    missing = {engine: "not registered (stopped, dead or never started)" for engine in unknown}
     for engine, result in pending.items():
         if not result.ready():
             missing[engine] = (
