@@ -54,7 +54,7 @@ def test_the_table_has_a_row_per_engine_and_device_and_names_the_silent_engines(
     empty = engine_summary([], [], rank=0, host="node-a", pid=41)
     gathered = Gathered(
         [EngineAnswer(1, summary), EngineAnswer(0, empty)],
-        {2: "no answer within 2 s (busy with a running cell, stopped or dead)"},
+        {2: "no answer within 2 s (busy: 1 of your requests not finished yet)"},
     )
     rows = gathered.rows()
     assert [(r["engine"], r["device"]) for r in rows] == [

@@ -129,11 +129,15 @@ def gather(
         result.wait(max(deadline - time.perf_counter(), 0.0))
     answers = []
     missing = {engine: "not registered (stopped, dead or never started)" for engine in unknown}
+    own = {msg_id for result in pending.values() for msg_id in result.msg_ids}
+    busy = _busy_engines(client, own) if any(not r.ready() for r in pending.values()) else {}
     for engine, result in pending.items():
         if not result.ready():
-            missing[engine] = (
-                f"no answer within {timeout:g} s (busy with a running cell, stopped or dead)"
-            )
+            if busy.get(engine):
+                why = f"busy: {busy[engine]} of your requests not finished yet"
+            else:
+                why = "nothing of yours is running there: stopped, hung or dead?"
+            missing[engine] = f"no answer within {timeout:g} s ({why})"
             _abort_quietly(client, result, engine)
             continue
         try:
@@ -182,6 +186,20 @@ def engines_handler(channel: Any) -> Callable[[Any], tuple[bool, str, None]]:
         return True, "", None
 
     return handle
+
+
+def _busy_engines(client: Any, own: set[str]) -> dict[int, int]:
+    """How many of the user's requests each engine has not finished (an engine is known for a
+    request once it has started it and said so)."""
+    counts: dict[int, int] = {}
+    for msg_id in list(client.outstanding):
+        if msg_id in own:
+            continue
+        metadata = client.metadata.get(msg_id)  # .get: the defaultdict would add an entry
+        engine = metadata.get("engine_id") if metadata is not None else None
+        if engine is not None:
+            counts[engine] = counts.get(engine, 0) + 1
+    return counts
 
 
 def _forget_history(client: Any, msg_ids: Iterable[str]) -> None:

@@ -16,11 +16,11 @@ function enginesMessage(change: Partial<IEnginesMessage> = {}): IEnginesMessage 
     request_id: 'tdm-x-1',
     available: true,
     message:
-      'no answer from engine 2: no answer within 2 s (busy with a running cell, stopped or dead)',
+      'no answer from engine 2: no answer within 2 s (busy: 1 of your requests not finished yet)',
     seconds: 0.0241,
     expanded: null,
     missing: [
-      { engine: 2, reason: 'no answer within 2 s (busy with a running cell, stopped or dead)' }
+      { engine: 2, reason: 'no answer within 2 s (busy: 1 of your requests not finished yet)' }
     ],
     engines: [
       {
@@ -83,7 +83,7 @@ describe('engines section', () => {
       '2 engines answered in 24 ms'
     );
     expect(q(h.panel.node, '.jp-TorchDevices-engines-missing').textContent).toBe(
-      'engine 2: no answer within 2 s (busy with a running cell, stopped or dead)'
+      'engine 2: no answer within 2 s (busy: 1 of your requests not finished yet)'
     );
     // shown engines are refreshed with the rest
     h.connection.refresh();
