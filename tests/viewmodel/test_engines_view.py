@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+import torch
+
 from torchdevice_magic.records import DeviceTotal, Record
 from torchdevice_magic.viewmodel.engines import (
     EngineAnswer,
@@ -79,3 +82,38 @@ def test_expanded_objects_are_listed_and_escaped_in_html() -> None:
     assert "&lt;x&gt;" in html and "&lt;b&gt;" in html and "<x>" not in html
     frame = gathered.to_frame(objects=True)
     assert frame.name.tolist() == ["<x>"]
+
+
+def test_an_initialised_accelerator_shows_the_memory_no_name_holds(monkeypatch) -> None:
+    from torchdevice_magic.devices import MemoryFigures
+    from torchdevice_magic.viewmodel import engines
+
+    figures = {
+        "cuda:0": MemoryFigures(4000, 8000, None, 80_000),  # shown with its names already
+        "cuda:1": MemoryFigures(0, 0, None, 80_000),  # another rank's GPU: nothing of ours
+        "cuda:2": MemoryFigures(0, 2048, None, 80_000),  # freed tensors the allocator keeps
+    }
+    initialised = {"cuda": False}
+    monkeypatch.setattr(engines, "accelerator_type", lambda: "cuda")
+    monkeypatch.setattr(engines, "is_initialized", lambda kind: initialised[kind])
+    monkeypatch.setattr(engines, "device_count", lambda kind: 3)
+    monkeypatch.setattr(engines, "memory_figures", lambda device: figures[device])
+    assert engines.accelerator_totals(["cpu", "cuda:0"]) == []  # never initialised by asking
+    initialised["cuda"] = True
+    assert engines.accelerator_totals(["cpu", "cuda:0"]) == [
+        DeviceTotal("cuda:2", 0, 0, allocated=0, reserved=2048, capacity=80_000)
+    ]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_freed_cuda_memory_the_allocator_keeps_is_reported_on_cuda() -> None:
+    from torchdevice_magic.viewmodel.engines import accelerator_totals
+
+    kept = torch.ones(1024, device="cuda")
+    del kept  # the caching allocator keeps the block: reserved, not allocated
+    [total] = [t for t in accelerator_totals(["cpu"]) if t.device == "cuda:0"]
+    assert total.reserved and total.reserved >= 4096
+    assert total.capacity == torch.cuda.get_device_properties(0).total_memory
+    summary = engine_summary([], [total], rank=0, host="h", pid=1)
+    assert summary["memory"]["cuda:0"][1] == total.reserved

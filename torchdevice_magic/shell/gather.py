@@ -21,7 +21,13 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..viewmodel.engines import EngineAnswer, Gathered, engine_summary, object_rows
+from ..viewmodel.engines import (
+    EngineAnswer,
+    Gathered,
+    accelerator_totals,
+    engine_summary,
+    object_rows,
+)
 from .hooks import get_session
 
 #: seconds a gather waits for the engines before it shows what answered
@@ -43,9 +49,11 @@ def engine_report(expand: bool = False) -> dict[str, Any]:
         inventory = scan(shell.user_ns if shell is not None else {})
         note = "the extension is not loaded on this engine"
     records = inventory.records
+    totals = inventory.device_totals()
+    totals += accelerator_totals(total.device for total in totals)
     summary = engine_summary(
         records,
-        inventory.device_totals(),
+        totals,
         rank=process_rank(),
         host=socket.gethostname(),
         pid=os.getpid(),

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
+from ..devices import accelerator_type, device_count, is_initialized, memory_figures
 from ..records import DeviceTotal, Record
 from ..units import device_sort_key, format_bytes
 
@@ -64,6 +65,30 @@ def engine_summary(
     if note:
         summary["note"] = note
     return summary
+
+
+def accelerator_totals(present: Iterable[str]) -> list[DeviceTotal]:
+    """The allocator's figures of the accelerator's devices that hold none of the named objects
+    (``present``) but memory all the same (freed tensors the caching allocator keeps, tensors
+    no name reaches): only where the accelerator is already initialised, never initialising
+    it, and only devices where this process holds something (an engine that uses one of eight
+    GPUs reports that one)."""
+    kind = accelerator_type()
+    if kind is None or not is_initialized(kind):
+        return []
+    shown = set(present)
+    rows = []
+    for index in range(device_count(kind)):
+        device = f"{kind}:{index}"
+        if device in shown:
+            continue
+        figures = memory_figures(device)
+        if not (figures.allocated or figures.reserved):
+            continue
+        rows.append(
+            DeviceTotal(device, 0, 0, figures.allocated, figures.reserved, figures.capacity)
+        )
+    return rows
 
 
 def object_rows(records: Iterable[Record], limit: int = OBJECT_LIMIT) -> list[list[Any]]:
@@ -280,6 +305,7 @@ def _expanded_text(gathered: Gathered) -> list[str]:
 
 __all__ = [
     "OBJECT_LIMIT",
+    "accelerator_totals",
     "SUMMARY_VERSION",
     "EngineAnswer",
     "Gathered",
