@@ -82,12 +82,12 @@ def trace(cell: str, namespace: Any = None, **options: Any) -> Any:
 
 
 def engines_frame(
-    client_or_view: Any = None, timeout: float = 2.0, engine: int | None = None
+    client_or_view: Any = None, timeout: float | None = None, engine: int | None = None
 ) -> Any:
     """Every ipyparallel engine's devices as one pandas DataFrame (engine, rank, host, device,
     objects, bytes, used, total, status); with ``engine``, that engine's objects. The client is
     the one the ``%px`` magics use unless given; engines that do not answer within ``timeout``
-    seconds are named in ``status`` (see :mod:`.shell.gather`)."""
+    seconds (default 2) are named in ``status`` (see :mod:`.shell.gather`)."""
     from .shell import engines_frame as _engines_frame
 
     return _engines_frame(client_or_view, timeout=timeout, engine=engine)

@@ -161,15 +161,16 @@ def gather(
 
 def engines_frame(
     client_or_view: Any = None,
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float | None = None,
     engine: int | None = None,
 ) -> Any:
     """A pandas DataFrame of every engine x device (engine, rank, host, device, objects,
     bytes, used, total, status); with ``engine``, that engine's objects instead. Engines that
-    did not answer within ``timeout`` seconds are rows with their reason in ``status`` (and in
+    did not answer within ``timeout`` seconds (default :data:`DEFAULT_TIMEOUT`) are rows with their reason in ``status`` (and in
     ``frame.attrs["missing"]``)."""
     expand = () if engine is None else (engine,)
-    gathered = gather(client_or_view, timeout=timeout, expand=expand)
+    wait = DEFAULT_TIMEOUT if timeout is None else timeout
+    gathered = gather(client_or_view, timeout=wait, expand=expand)
     return gathered.to_frame(objects=engine is not None)
 
 
