@@ -214,3 +214,31 @@ def test_a_stopped_engine_is_named_and_one_without_the_extension_is_still_read()
     finally:
         client.close()
         running.stop_cluster_sync()
+
+
+def test_the_rank_is_the_process_groups_not_the_engine_id(cluster: Any, engines: Any) -> None:
+    """A gloo group across the two engines with the ranks the other way round (engine 0 is
+    rank 1): the rank column reads torch.distributed; destroyed afterwards."""
+    import socket
+
+    engines.execute(
+        "import torch.distributed as _gather_dist\n_gather_up = _gather_dist.is_initialized()"
+    )
+    if any(engines.pull("_gather_up")):
+        pytest.skip("another test left a process group up on the engines")
+    for engine in cluster.ids:
+        cluster[engine].push({"_gather_rank": 1 - engine})
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    init = (
+        f"_gather_dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{port}', "
+        "rank=_gather_rank, world_size=2)"
+    )
+    engines.execute(init, block=False).get(timeout=60)  # both ranks must join at once
+    try:
+        gathered = gather(cluster, timeout=30)
+    finally:
+        engines.execute("_gather_dist.destroy_process_group(); del _gather_rank, _gather_up")
+    assert {a.engine: a.rank for a in gathered.answers} == {0: 1, 1: 0}
+    assert {a.host for a in gathered.answers} == {socket.gethostname()}
