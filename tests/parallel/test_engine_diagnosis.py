@@ -37,6 +37,15 @@ def failing_function() -> Any:
     return weights(batch)
 
 
+@ipp.interactive
+def failing_step(size: int) -> Any:
+    import torch
+
+    layer = torch.nn.Linear(size, 4).to("simdev:0")
+    inputs = torch.randn(2, size)
+    return layer(inputs)
+
+
 def engine_outputs(result: Any) -> list[dict[str, Any]]:
     """The display data each engine sent, in engine order."""
     return [out.get("data", {}) for outputs in result.outputs for out in outputs]
@@ -55,8 +64,11 @@ def cleanup(engines: Any) -> Any:
 
 
 def test_execute_names_the_culprits_and_the_engine_with_no_widget(engines, cleanup) -> None:
-    # dv.execute runs the cell silently: no pre_run_cell hook sees it
-    result = engines.execute(CELL, block=False)
+    # dv.execute runs a cell silently: no pre_run_cell hook sees it. The names come from an
+    # earlier cell, so the fix is a move a button could make (where widgets render)
+    setup, failing = CELL.rsplit("\n", 2)[:2]
+    engines.execute(setup)
+    result = engines.execute(failing, block=False)
     error = error_of(result)
     outputs = engine_outputs(result)
     assert [data["text/plain"].split("\nFix")[0] for data in outputs] == [
@@ -70,7 +82,7 @@ def test_execute_names_the_culprits_and_the_engine_with_no_widget(engines, clean
     assert finding.engines == (0, 1)
     assert finding.diagnosis.origin == "engines 0, 1"
     assert [c.name for c in finding.diagnosis.culprits] == ["engine_x", "engine_model"]
-    assert finding.line == {**finding.line, "line": 3, "function": None}
+    assert finding.line == {**finding.line, "line": 1, "function": None}
     assert finding.px_line() == '%px engine_x = engine_x.to("simdev:0")'
 
 
@@ -91,6 +103,16 @@ def test_a_function_run_by_apply_is_explained_from_its_own_frames(engines) -> No
     where = f"At line {failing} in failing_function() (test_engine_diagnosis.py)"
     assert f"{where}: return weights(batch)" in text
     assert finding.method == "apply" and finding.px_line() == ""
+
+
+def test_a_function_run_by_map_is_explained_on_every_engine(engines) -> None:
+    error = error_of(engines.map_async(failing_step, [8, 8]))
+    found = engine_diagnoses(error)
+    assert found is not None, str(error)
+    (finding,) = found.findings
+    assert finding.engines == (0, 1) and finding.method == "apply"
+    assert [c.name for c in finding.diagnosis.culprits] == ["inputs", "layer"]
+    assert finding.line is not None and finding.line["function"] == "failing_step"
 
 
 def test_one_engine_s_remote_error_carries_its_diagnosis(cluster) -> None:
@@ -150,3 +172,64 @@ def test_a_noblock_px_result_is_explained_when_it_is_read(client_shell) -> None:
     assert type(result.error_in_exec).__name__ == "CompositeError"
     client = [text for text in shown if text.startswith("Device mismatch on engines 0, 1")]
     assert len(client) == 1 and CULPRITS in client[0]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def process_group(cluster: Any, engines: Any) -> Any:
+    """A gloo process group across the two engines (rank = engine id), destroyed afterwards;
+    one another test left up is used as it is."""
+    engines.execute("import torch.distributed as tdm_dist\ntdm_up = tdm_dist.is_initialized()")
+    if all(engines.pull("tdm_up")):
+        yield
+        return
+    for engine in cluster.ids:
+        cluster[engine].push({"tdm_rank": engine}, block=True)
+    init = (
+        f"tdm_dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{free_port()}', "
+        "rank=tdm_rank, world_size=2)"
+    )
+    engines.execute(init, block=False).get(timeout=60)  # both ranks must join at once
+    yield
+    engines.execute("tdm_dist.destroy_process_group(); del tdm_rank, tdm_up, tdm_dist")
+
+
+def test_with_a_process_group_up_the_rank_and_host_are_named(engines, process_group) -> None:
+    import socket
+
+    setup, failing = CELL.rsplit("\n", 2)[:2]
+    engines.execute(setup)
+    result = engines.execute(failing, block=False)
+    error = error_of(result)
+    engines.execute(CLEANUP)
+    host = socket.gethostname()  # the engines run on this machine
+    heads = [data["text/plain"].split(":")[0] for data in engine_outputs(result)]
+    assert heads == [f"Device mismatch on engine {r} (rank {r} of 2 on {host})" for r in (0, 1)]
+    found = engine_diagnoses(error)
+    assert found is not None
+    assert [f.diagnosis.origin for f in found.findings] == [
+        f"engines 0, 1 (ranks 0, 1 of 2 on {host})"
+    ]
+
+
+WRAPPED = (
+    "tdm_wrapped = sorted(set(vars(get_ipython().kernel)) & {'init_metadata', 'finish_metadata'})"
+)
+
+
+def test_unload_gives_the_engine_kernel_its_own_methods_back(engines) -> None:
+    engines.execute(WRAPPED)
+    assert engines.pull("tdm_wrapped") == [["finish_metadata", "init_metadata"]] * 2
+    try:
+        engines.execute("%unload_ext torchdevice_magic")
+        engines.execute(WRAPPED)
+        assert engines.pull("tdm_wrapped") == [[], []]
+    finally:
+        engines.execute("%load_ext torchdevice_magic\ndel tdm_wrapped")
