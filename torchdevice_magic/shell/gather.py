@@ -166,8 +166,8 @@ def engines_frame(
 ) -> Any:
     """A pandas DataFrame of every engine x device (engine, rank, host, device, objects,
     bytes, used, total, status); with ``engine``, that engine's objects instead. Engines that
-    did not answer within ``timeout`` seconds (default :data:`DEFAULT_TIMEOUT`) are rows with their reason in ``status`` (and in
-    ``frame.attrs["missing"]``)."""
+    did not answer within ``timeout`` seconds (default :data:`DEFAULT_TIMEOUT`) are rows with
+    their reason in ``status`` (and in ``frame.attrs["missing"]``)."""
     expand = () if engine is None else (engine,)
     wait = DEFAULT_TIMEOUT if timeout is None else timeout
     gathered = gather(client_or_view, timeout=wait, expand=expand)
