@@ -58,7 +58,7 @@ def engine_row(engine: int, device: str) -> str:
     return f'{SECTION} tr.jp-TorchDevices-engines-row[data-engine="{engine}"]:has-text("{device}")'
 
 
-def test_gather_shows_every_engine_and_expands_one(lab) -> None:
+def test_gather_shows_engines_and_expands_one(lab) -> None:
     page = lab.page
     run_cell(page, "%load_ext torchdevice_magic")
     started = run_cell(page, START)
