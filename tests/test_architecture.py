@@ -25,8 +25,8 @@ PAGE = ROOT / "docs" / "architecture.md"
 #: top-level modules and subpackages that must work without IPython, ipywidgets, traitlets or
 #: comm, and that never import torch themselves (only use it once the user has imported it)
 PURE_CORE = {
-    "objects", "records", "scan", "moves", "diagnose", "devices", "names", "units", "trace",
-    "memory", "viewmodel", "protocol", "render",
+    "objects", "records", "scan", "moves", "diagnose", "devices", "ranks", "names", "units", "trace",
+    "memory", "viewmodel", "protocol", "render", "firstinit",
     "app",  # the controller: above the core, below the IPython layer, free of both
 }  # fmt: skip
 #: thin layers over the core that may import IPython / ipywidgets / traitlets / comm

@@ -20,6 +20,7 @@ from .. import objects
 from ..objects import StorageKey, Storages, TorchTypes
 from ..records import Record
 from ..units import device_sort_key
+from .shards import dtensor_note
 
 # --------------------------------------------------------------------------------------------
 # Facts about tensors
@@ -208,10 +209,7 @@ def _special_note(tensor: Any, tp: type) -> str:
         if tp.__name__ == "FunctionalTensor" or "Fake" in tp.__name__:
             return "fake tensor (no data)"
         if tp.__name__ == "DTensor":
-            placements = getattr(tensor, "placements", ())
-            return "DTensor local shard; placements " + ", ".join(
-                type(p).__name__ + _placement_dim(p) for p in placements
-            )
+            return dtensor_note(tensor)
         layout = tensor.layout
         if str(layout) != "torch.strided":
             return str(layout).removeprefix("torch.")
@@ -222,11 +220,6 @@ def _special_note(tensor: Any, tp: type) -> str:
     except Exception:
         return "unusual tensor"
     return ""
-
-
-def _placement_dim(placement: Any) -> str:
-    dim = getattr(placement, "dim", None)
-    return f"({dim})" if isinstance(dim, int) else ""
 
 
 def _dtensor_local(tensor: Any) -> Any:
@@ -295,7 +288,17 @@ def bytes_by_device(
     """{device: bytes} of ``storages`` (each counted once): the one rule for bytes per
     device, used by the scan and by the memory accounting. Meta storages occupy nothing: the
     meta device is listed at 0 bytes (the devices an inventory's objects are on), or left out
-    with ``list_meta=False`` (an account of memory in use: holders, the per-cell timeline)."""
+    with ``list_meta=False`` (an account of memory in use: holders, the per-cell timeline),
+    which also leaves out ``"disk"`` (accelerate's memory-mapped offload files, not memory)."""
+    by_device = _sum_by_device(storages, list_meta)
+    if not list_meta and "disk" in by_device:
+        del by_device["disk"]
+    return by_device
+
+
+def _sum_by_device(
+    storages: Mapping[StorageKey, tuple[str, int]], list_meta: bool
+) -> dict[str, int]:
     values = storages.values()
     if len(values) < 16:  # small: a plain loop beats building columns
         by_device: dict[str, int] = {}

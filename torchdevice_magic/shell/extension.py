@@ -29,6 +29,7 @@ def load(shell: Any) -> DeviceSession:
     shell.events.register("pre_run_cell", session.pre_run_cell)
     shell.events.register("post_run_cell", session.post_run_cell)
     session.install_exception_handler()
+    session.app.first_init.start()  # what is initialised already, and the line recorder
     if session.config not in shell.configurables:
         shell.configurables.append(session.config)
     # an ipyparallel engine has no sidebar of its own to announce to
@@ -52,6 +53,7 @@ def unload(shell: Any) -> None:
     with contextlib.suppress(ValueError):
         shell.events.unregister("pre_run_cell", session.pre_run_cell)
     session.remove_exception_handler()
+    session.app.first_init.stop()
     for kind, names in MAGIC_NAMES.items():
         for name in names:
             shell.magics_manager.magics[kind].pop(name, None)

@@ -142,6 +142,7 @@ class DeviceSession:
             or getattr(self.shell, "execution_count", 0)
             or 0
         )
+        app.note_first_init(number)
         for warning in app.record_memory(number, names, inventory, self._peak_from_cell_start):
             print(f"⚠ torchdevice_magic: {warning}", file=sys.stderr)
         explained = error is not None and error is self._explained
@@ -153,8 +154,11 @@ class DeviceSession:
             and not self.suppress_auto_diagnosis
             # a device mismatch is explained by .diagnose; an out-of-memory error by .memory
             and self.show_diagnosis(error, cell, cell_id=getattr(info, "cell_id", None)) is None
+            and self.show_oom(error) is None
         ):
-            self.show_oom(error)
+            advice = app.explain_fork_error(error)  # notebook_launcher / fork after CUDA init
+            if advice is not None:
+                self.publish({"text/plain": f"torchdevice_magic: {advice}"})
         if self.config.warn_on_mixed:
             for warning in app.new_mixed_warnings(inventory):
                 print(f"⚠ torchdevice_magic: {warning}", file=sys.stderr)
