@@ -119,6 +119,14 @@ def test_the_diagnosis_is_read_from_engine_info_never_from_the_text() -> None:
     assert engine_diagnoses(plain) is None
 
 
+def test_data_that_does_not_read_back_is_left_out() -> None:
+    broken = engine_info(1, diagnosis())
+    broken[ENGINE_INFO_KEY]["diagnosis"]["culprits"] = [{"name": "x", "colour": "red"}]
+    found = engine_diagnoses(composite(engine_info(0, diagnosis()), broken))
+    assert found is not None and [f.engines for f in found.findings] == [(0,)]
+    assert engine_diagnoses(composite(broken)) is None
+
+
 def test_an_already_displayed_px_error_is_read_through_to_the_engines() -> None:
     shown = error.AlreadyDisplayedError(composite(engine_info(0, diagnosis())))
     found = engine_diagnoses(shown)

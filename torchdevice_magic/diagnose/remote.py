@@ -189,7 +189,8 @@ def _label(engines: list[dict[str, Any]]) -> str:
 
 def engine_diagnoses(error: BaseException) -> EngineDiagnoses | None:
     """The engines' own diagnoses of an ipyparallel ``RemoteError``/``CompositeError``, equal
-    ones merged (None where no engine sent one: the error's text is then all there is)."""
+    ones merged (None where no engine sent one, or none that reads back: the error's text is
+    then all there is). Never raises."""
     groups: dict[str, tuple[dict[str, Any], list[dict[str, Any]], Any, str]] = {}
     for info in _engine_infos(error):
         sent = info.get(ENGINE_INFO_KEY)
@@ -208,7 +209,10 @@ def engine_diagnoses(error: BaseException) -> EngineDiagnoses | None:
     findings = []
     for diagnosis, engines, line, method in groups.values():
         engines.sort(key=lambda e: (str(type(e.get("engine_id"))), e.get("engine_id")))
-        shown = replace(Diagnosis.from_dict(diagnosis), origin=_label(engines))
+        try:
+            shown = replace(Diagnosis.from_dict(diagnosis), origin=_label(engines))
+        except Exception:  # another version's or a broken engine's data: its text is left
+            continue
         ids = tuple(int(e["engine_id"]) for e in engines if isinstance(e.get("engine_id"), int))
         findings.append(EngineFinding(shown, ids, line, method))
     return EngineDiagnoses(findings) if findings else None
