@@ -4,7 +4,8 @@ memory; device-mismatch errors explained; safe one-click moves between devices.
     %load_ext torchdevice_magic
 
 Public API (the pure core, usable without IPython): :func:`scan`, :func:`move`,
-:func:`diagnose`, :func:`holders`, :func:`trace` (and its :class:`Tracer`). Importing this
+:func:`diagnose`, :func:`holders`, :func:`trace` (and its :class:`Tracer`); in an ipyparallel
+client, :func:`engines_frame` (every engine's devices). Importing this
 package never imports torch.
 """
 
@@ -80,6 +81,18 @@ def trace(cell: str, namespace: Any = None, **options: Any) -> Any:
     return _trace(cell, namespace, **options)
 
 
+def engines_frame(
+    client_or_view: Any = None, timeout: float | None = None, engine: int | None = None
+) -> Any:
+    """Every ipyparallel engine's devices as one pandas DataFrame (engine, rank, host, device,
+    objects, bytes, used, total, status); with ``engine``, that engine's objects. The client is
+    the one the ``%px`` magics use unless given; engines that do not answer within ``timeout``
+    seconds (default 2) are named in ``status`` (see :mod:`.shell.gather`)."""
+    from .shell import engines_frame as _engines_frame
+
+    return _engines_frame(client_or_view, timeout=timeout, engine=engine)
+
+
 def __getattr__(name: str) -> Any:
     # the recorder as a context manager and its report type, without importing them up front
     if name in ("Tracer", "TraceReport"):
@@ -117,5 +130,6 @@ __all__ = [
     "diagnose",
     "trace",
     "holders",
+    "engines_frame",
     "__version__",
 ]

@@ -122,6 +122,31 @@ STRUCTS: dict[str, dict[str, str]] = {
         "skipped": "list[Skip]",
         "time": "float",
     },
+    # every ipyparallel engine of the kernel's client (viewmodel.engines, shell/gather.py)
+    "EngineDevice": {
+        "device": "str",
+        "objects": "int",
+        "bytes": "int",
+        "size": "str",
+        "memory": "str",  # the accelerator's "used / total", "" where it has no figures
+    },
+    "EngineObject": {
+        "name": "str",
+        "kind": "str",
+        "type": "str",
+        "device": "str",
+        "bytes": "int",
+        "size": "str",
+    },
+    "Engine": {
+        "engine": "int",
+        "rank": "int?",
+        "host": "str",
+        "status": "str",
+        "devices": "list[EngineDevice]",
+        "objects": "list[EngineObject]?",  # only the engine the sidebar expanded
+    },
+    "MissingEngine": {"engine": "int", "reason": "str"},
 }
 
 #: Every message type: who sends it and its fields (besides protocol/version/type, and seq on
@@ -158,6 +183,20 @@ MESSAGES: dict[str, dict[str, Any]] = {
     "timeline": {"from": "kernel", "fields": {"rows": "list[TimelineRow]", "follows": "int?"}},
     # after a one-click fix under a diagnosis: the notebook runs that cell again (diagnose)
     "rerun": {"from": "kernel", "fields": {"cell_id": "str"}},
+    # the answer to ``gather_engines``: every engine's summary (one small message per engine
+    # was gathered), the engines that did not answer in time; available false: no client
+    "engines": {
+        "from": "kernel",
+        "fields": {
+            "request_id": "str",
+            "available": "bool",
+            "message": "str",
+            "engines": "list[Engine]",
+            "missing": "list[MissingEngine]",
+            "seconds": "float",
+            "expanded": "int?",
+        },
+    },
     # sidebar -> kernel
     "window": {"from": "frontend", "fields": {"request_id": "str", "spec": "WindowSpec"}},
     "refresh": {"from": "frontend", "fields": {"request_id": "str"}},
@@ -166,6 +205,9 @@ MESSAGES: dict[str, dict[str, Any]] = {
         "fields": {"request_id": "str", "device": "str", "names": "list[str]?"},
     },
     "undo": {"from": "frontend", "fields": {"request_id": "str"}},
+    # gather every engine's summary (and the objects of engine ``expand``): answered by an
+    # ``engines`` message, then the reply
+    "gather_engines": {"from": "frontend", "fields": {"request_id": "str", "expand": "int?"}},
 }
 
 

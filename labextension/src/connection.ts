@@ -21,6 +21,7 @@ import { oneLine } from './format';
 import { DropReason, IKernelChannelOptions, KernelChannel } from './kernel';
 import {
   FromKernel,
+  IEnginesMessage,
   IReplyMessage,
   IWindowSpec,
   PROTOCOL_NAME,
@@ -92,6 +93,19 @@ export class DeviceConnection implements IDeviceSource {
     return this._timeline;
   }
 
+  /** Every ipyparallel engine's summary as the kernel last gathered it, or null. */
+  get engines(): IEnginesMessage | null {
+    return this._engines;
+  }
+
+  /**
+   * Gather every engine's summary (and the objects of engine `expand`); the
+   * kernel answers with an `engines` message.
+   */
+  requestEngines(expand: number | null): string | null {
+    return this.send('gather_engines', { expand });
+  }
+
   /** The window and header the kernel last sent (deltas applied); kept while busy. */
   get view(): IMirror | null {
     return this._view;
@@ -137,7 +151,12 @@ export class DeviceConnection implements IDeviceSource {
   }
 
   refresh(): string | null {
-    return this._request(refreshRequest(this._pending.nextId()), null);
+    const id = this._request(refreshRequest(this._pending.nextId()), null);
+    if (id !== null && this._engines?.available) {
+      // the engines shown are refreshed too: one small message per engine
+      this.requestEngines(this._engines.expanded);
+    }
+    return id;
   }
 
   /** Ask the kernel for another window (sort, filter, page or target changed). */
@@ -252,6 +271,10 @@ export class DeviceConnection implements IDeviceSource {
           this.changed.emit();
         }
         break;
+      case 'engines':
+        this._engines = message;
+        this.changed.emit();
+        break;
       case 'rerun':
         if (message.cell_id.length > 0) {
           this.rerunRequested.emit(message.cell_id);
@@ -330,6 +353,7 @@ export class DeviceConnection implements IDeviceSource {
   private _forgetSnapshot(): void {
     this._view = null;
     this._timeline = null;
+    this._engines = null;
     this._snapshotActionKey = undefined;
   }
 
@@ -342,6 +366,7 @@ export class DeviceConnection implements IDeviceSource {
   private _channel: KernelChannel;
   private _view: IMirror | null = null;
   private _timeline: ITimelineMessage | null = null;
+  private _engines: IEnginesMessage | null = null;
   private _spec: IWindowSpec = { ...DEFAULT_SPEC };
   private _status: IStatusLine | null = null;
   /** The previous snapshot's last_action (undefined: no snapshot on this comm yet). */

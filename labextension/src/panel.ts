@@ -17,6 +17,7 @@
 import { Widget } from '@lumino/widgets';
 
 import { button, CLASS, drawAction, el } from './dom';
+import { EnginesSection } from './engines';
 import { IHeader, IWindowSpec } from './protocol';
 import { RowsTable, SortKey } from './table';
 import { TimelineChart } from './timeline';
@@ -152,6 +153,7 @@ export class DevicePanel extends Widget {
       this._busyNode,
       this._contentNode,
       this._timelineChart.node,
+      this._engines.node,
       this._statusNode
     );
 
@@ -207,6 +209,11 @@ export class DevicePanel extends Widget {
     const torchImported = showView && view.header.torch_imported;
 
     this._timelineChart.render(showView ? (connection?.timeline ?? null) : null);
+    this._engines.render(
+      showView ? (connection?.engines ?? null) : null,
+      Boolean(connection?.connected),
+      showView
+    );
     this.node.dataset.state = state;
     this.node.dataset.busy = String(Boolean(connection?.busy));
     this.node.dataset.views = String(connection?.received.view ?? 0);
@@ -351,6 +358,7 @@ export class DevicePanel extends Widget {
   private _filterInput = el('input', `${CLASS}-filter`);
   private _statusNode = el('div', `${CLASS}-status`);
   private _timelineChart = new TimelineChart();
+  private _engines = new EnginesSection(expand => this._connection?.requestEngines(expand));
   private _rows = new RowsTable({
     sort: key => this._onSort(key),
     move: (device, name) => this._connection?.move(device, [name]),

@@ -111,6 +111,37 @@ export interface IOutcome {
   time: number;
 }
 
+export interface IEngineDevice {
+  device: string;
+  objects: number;
+  bytes: number;
+  size: string;
+  memory: string;
+}
+
+export interface IEngineObject {
+  name: string;
+  kind: string;
+  type: string;
+  device: string;
+  bytes: number;
+  size: string;
+}
+
+export interface IEngine {
+  engine: number;
+  rank: number | null;
+  host: string;
+  status: string;
+  devices: IEngineDevice[];
+  objects: IEngineObject[] | null;
+}
+
+export interface IMissingEngine {
+  engine: number;
+  reason: string;
+}
+
 export interface IEnvelope {
   protocol: string;
   version: number;
@@ -163,6 +194,18 @@ export interface IRerunMessage extends IEnvelope {
   cell_id: string;
 }
 
+export interface IEnginesMessage extends IEnvelope {
+  type: 'engines';
+  seq: number;
+  request_id: string;
+  available: boolean;
+  message: string;
+  engines: IEngine[];
+  missing: IMissingEngine[];
+  seconds: number;
+  expanded: number | null;
+}
+
 export interface IWindowMessage extends IEnvelope {
   type: 'window';
   request_id: string;
@@ -186,8 +229,14 @@ export interface IUndoMessage extends IEnvelope {
   request_id: string;
 }
 
-export type FromKernel = IViewMessage | IDeltaMessage | IReplyMessage | IUnloadedMessage | ITimelineMessage | IRerunMessage;
-export type ToKernel = IWindowMessage | IRefreshMessage | IMoveMessage | IUndoMessage;
+export interface IGatherEnginesMessage extends IEnvelope {
+  type: 'gather_engines';
+  request_id: string;
+  expand: number | null;
+}
+
+export type FromKernel = IViewMessage | IDeltaMessage | IReplyMessage | IUnloadedMessage | ITimelineMessage | IRerunMessage | IEnginesMessage;
+export type ToKernel = IWindowMessage | IRefreshMessage | IMoveMessage | IUndoMessage | IGatherEnginesMessage;
 
 /** The schema itself, for the runtime checks in validate.ts. */
 export const SCHEMA = {
@@ -285,6 +334,33 @@ export const SCHEMA = {
       "message": "str",
       "skipped": "list[Skip]",
       "time": "float"
+    },
+    "EngineDevice": {
+      "device": "str",
+      "objects": "int",
+      "bytes": "int",
+      "size": "str",
+      "memory": "str"
+    },
+    "EngineObject": {
+      "name": "str",
+      "kind": "str",
+      "type": "str",
+      "device": "str",
+      "bytes": "int",
+      "size": "str"
+    },
+    "Engine": {
+      "engine": "int",
+      "rank": "int?",
+      "host": "str",
+      "status": "str",
+      "devices": "list[EngineDevice]",
+      "objects": "list[EngineObject]?"
+    },
+    "MissingEngine": {
+      "engine": "int",
+      "reason": "str"
     }
   },
   "messages": {
@@ -334,6 +410,18 @@ export const SCHEMA = {
         "cell_id": "str"
       }
     },
+    "engines": {
+      "from": "kernel",
+      "fields": {
+        "request_id": "str",
+        "available": "bool",
+        "message": "str",
+        "engines": "list[Engine]",
+        "missing": "list[MissingEngine]",
+        "seconds": "float",
+        "expanded": "int?"
+      }
+    },
     "window": {
       "from": "frontend",
       "fields": {
@@ -359,6 +447,13 @@ export const SCHEMA = {
       "from": "frontend",
       "fields": {
         "request_id": "str"
+      }
+    },
+    "gather_engines": {
+      "from": "frontend",
+      "fields": {
+        "request_id": "str",
+        "expand": "int?"
       }
     }
   }

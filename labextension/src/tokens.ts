@@ -7,7 +7,7 @@
 
 import type { ISignal } from '@lumino/signaling';
 
-import type { IWindowSpec } from './protocol';
+import type { IEnginesMessage, IWindowSpec } from './protocol';
 import type { ITimelineMessage } from './timeline';
 import type { IMirror } from './window';
 
@@ -47,6 +47,8 @@ export interface IDeviceSource {
   readonly spec: IWindowSpec;
   /** The last memory timeline, or null before the first. */
   readonly timeline: ITimelineMessage | null;
+  /** Every ipyparallel engine's summary as last gathered, or null before the first. */
+  readonly engines: IEnginesMessage | null;
   /** The line under the table: the last reply or outcome, or a problem. */
   readonly status: IStatusLine | null;
   /** The kernel has been busy for a while (a cell is running). */
@@ -66,6 +68,8 @@ export interface IDeviceSource {
   /** Move the named objects, or everything movable when `names` is null. */
   move(device: string, names: string[] | null): string | null;
   undo(): string | null;
+  /** Gather every ipyparallel engine's summary (and engine `expand`'s objects unless null). */
+  requestEngines(expand: number | null): string | null;
   /** Run `%load_ext torchdevice_magic` in the kernel, then connect. */
   loadExtension(): Promise<void>;
 }

@@ -31,6 +31,7 @@ FAILING_CELLS = {
     "03_checkpoint.ipynb": {"error"},
     "04_tour.ipynb": set(),
     "06_real_reports.ipynb": {"loss-error", "scale-error"},
+    "08_engines.ipynb": {"error"},
 }
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -360,3 +361,50 @@ def test_06_real_reports(run_notebook):
     assert re.search(rf"^out: {device}", works, re.M), works
     assert "same value as on the CPU: True" in works
     assert "saved with the model: True" in works
+
+
+# -- 08: two ipyparallel engines, one view of their devices -----------------------------------------
+
+
+def test_08_engines(run_notebook):
+    nb = run_notebook("08_engines.ipynb")
+    assert "engines: [0, 1]" in stream(cell(nb, "cluster"))
+    # %%px shows each engine's stdout as display data ("[stdout:0] DEVICE = simdev")
+    found = re.findall(r"DEVICE = (\w+)", shown(cell(nb, "setup")))
+    assert len(found) == 2 and len(set(found)) == 1 and found[0] in ("cuda", "simdev"), found
+    device = f"{found[0]}:0"
+    failing = cell(nb, "error")
+    assert errors(failing), "the mistake fails on the engines"
+    diagnosis = shown(failing)
+    assert (
+        f"Device mismatch on engines 0, 1: x (Tensor, 160 B) is on cpu; model (Sequential, "
+        f"1.6 KiB) is on {device}." in diagnosis
+    ), diagnosis
+    assert "HBox(" not in diagnosis  # no widget where no frontend can draw one
+
+    # one row per engine and device, from the engines' summaries
+    table = shown(cell(nb, "gathered"))
+    for engine in (0, 1):
+        assert re.search(rf"^{engine} .* {device} +1 +1\.6 KiB", table, re.M), table
+        assert re.search(rf"^{engine} .* cpu +1 +160 B", table, re.M), table
+    # an expanded engine lists its objects, only that one
+    objects = shown(cell(nb, "objects"))
+    assert "engine 1:" in objects and "engine 0:" not in objects
+    assert re.search(rf"^  model  Sequential  {device}  1\.6 KiB$", objects, re.M), objects
+    assert re.search(r"^  x  Tensor  cpu  160 B$", objects, re.M), objects
+    frame = "\n".join(o["data"]["text/plain"] for o in cell(nb, "frame").outputs)
+    assert re.search(r"^cpu +320$", frame, re.M), frame
+
+    # the busy engine is named, the other answers, and the user's own result is still theirs
+    busy = shown(cell(nb, "busy-view"))
+    assert "no answer from engine 0: no answer within 0.5 s (busy: 1 of your requests" in busy
+    assert re.search(rf"^1 .* {device} ", busy, re.M), busy
+    assert not re.search(r"^0 ", busy, re.M), busy
+    assert "engine 0 finished its long cell" in stream(cell(nb, "pxresult"))
+
+    # fixed on both engines: nothing is left on the cpu
+    assert shown(cell(nb, "fix")).count(f"y is on {device}") == 2
+    after = shown(cell(nb, "after"))
+    assert re.search(rf"^0 .* {device} +3 ", after, re.M), after
+    assert " cpu " not in after, after
+    assert "stopped" in stream(cell(nb, "stop"))

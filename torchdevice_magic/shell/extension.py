@@ -10,14 +10,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from .hooks import DeviceSession
-
-_SESSION_ATTRIBUTE = "_torchdevice_magic_session"
-
-
-def get_session(shell: Any) -> DeviceSession | None:
-    """The extension's session of ``shell`` (None while it is not loaded there)."""
-    return getattr(shell, _SESSION_ATTRIBUTE, None)
+from .hooks import SESSION_ATTRIBUTE, DeviceSession, get_session
 
 
 def load(shell: Any) -> DeviceSession:
@@ -27,10 +20,11 @@ def load(shell: Any) -> DeviceSession:
         return session
     from .comm import SidebarChannel
     from .engine import engine_replies, widgets_render
+    from .gather import engines_handler
     from .magics import DeviceMagics
 
     session = DeviceSession(shell)
-    setattr(shell, _SESSION_ATTRIBUTE, session)
+    setattr(shell, SESSION_ATTRIBUTE, session)
     shell.register_magics(DeviceMagics(shell, session))
     shell.events.register("pre_run_cell", session.pre_run_cell)
     shell.events.register("post_run_cell", session.post_run_cell)
@@ -40,6 +34,8 @@ def load(shell: Any) -> DeviceSession:
         shell.configurables.append(session.config)
     # an ipyparallel engine has no sidebar of its own to announce to
     session.channel = SidebarChannel(session.app, announce=widgets_render(shell))
+    # the sidebar's engines section: every ipyparallel engine of this kernel's client
+    session.channel.add_handler("gather_engines", engines_handler(session.channel))
     session.channel.register()
     session.engine = engine_replies(shell)
     return session
@@ -72,7 +68,7 @@ def unload(shell: Any) -> None:
         session.channel.unregister()
     if session.engine is not None:
         session.engine.remove()
-    delattr(shell, _SESSION_ATTRIBUTE)
+    delattr(shell, SESSION_ATTRIBUTE)
 
 
 __all__ = ["get_session", "load", "unload"]

@@ -315,6 +315,15 @@ def keep_for_debugging(etype: Any, value: Any, tb: Any) -> None:
         sys.last_exc = value
 
 
+#: where :func:`.extension.load` keeps a shell's session
+SESSION_ATTRIBUTE = "_torchdevice_magic_session"
+
+
+def get_session(shell: Any) -> DeviceSession | None:
+    """The extension's session of ``shell`` (None while it is not loaded there)."""
+    return getattr(shell, SESSION_ATTRIBUTE, None)
+
+
 def cell_names(cell: str, shell: Any = None) -> tuple[str, ...]:
     """The global names a cell mentions, with ``shell``'s transforms (see
     :meth:`torchdevice_magic.app.DeviceController.cell_names`)."""

@@ -263,6 +263,21 @@ class DeviceMagics(Magics):
         help="Memory per cell and device: held bytes, change, CUDA peak, what grew.",
     )
     @argument("--last", metavar="N", type=int, help="With --timeline: only the last N rows.")
+    @argument(
+        "--engines",
+        nargs="?",
+        const="all",
+        metavar="ENGINE",
+        help="Every ipyparallel engine of the %%px client: one row per engine and device "
+        "(rank, host, bytes, accelerator used/total). With ENGINE: that engine's objects too.",
+    )
+    @argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=float,
+        help="With --engines: how long to wait for the engines (default 2); the engines that "
+        "did not answer (busy, stopped, dead) are named.",
+    )
     @line_magic
     def devices(self, line: str = "") -> Any:
         """Show every tensor, module and optimizer in the namespace with its device and memory.
@@ -272,9 +287,12 @@ class DeviceMagics(Magics):
         elsewhere a text table. ``-o`` returns the DataFrame instead.
 
         ``--holders`` lists what holds memory outside named variables, ``--release N`` frees
-        one of them, ``--timeline`` shows memory per cell.
+        one of them, ``--timeline`` shows memory per cell. ``--engines`` gathers every
+        ipyparallel engine's devices into one table (``--engines 1``: engine 1's objects too).
         """
         args = parse_argstring(self.devices, line)
+        if args.engines is not None:
+            return self._engines(args.engines, args.timeout, args.output)
         if args.holders or args.release is not None or args.timeline:
             return self._memory(args)
         inventory = self.session.app.full_scan(include_hidden=args.hidden or None)
@@ -292,6 +310,21 @@ class DeviceMagics(Magics):
             self.session.show(table)
             return None
         self.session.show(self._table(inventory))
+        return None
+
+    def _engines(self, which: str, timeout: float | None, output: bool) -> Any:
+        from .gather import DEFAULT_TIMEOUT, gather
+
+        if which != "all" and not which.isdigit():
+            raise UsageError(f"--engines {which}: an engine id (%devices --engines 1) or nothing")
+        expand = () if which == "all" else (int(which),)
+        try:
+            gathered = gather(timeout=timeout or DEFAULT_TIMEOUT, expand=expand)
+        except LookupError as error:
+            raise UsageError(str(error)) from None
+        if output:
+            return gathered.to_frame(objects=bool(expand))
+        self.session.show(gathered)
         return None
 
     def _memory(self, args: Any) -> Any:

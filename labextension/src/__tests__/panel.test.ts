@@ -294,6 +294,7 @@ class PlainSource implements IDeviceSource {
   view: IMirror | null;
   spec: IWindowSpec = { ...DEFAULT_SPEC };
   timeline = null;
+  engines = null;
   status: IStatusLine | null = null;
   busy = false;
   actionPending = false;
@@ -315,6 +316,11 @@ class PlainSource implements IDeviceSource {
   move(device: string, names: string[] | null): string | null {
     this.asked.push(['move', device, names]);
     return 'm';
+  }
+
+  requestEngines(expand: number | null): string | null {
+    this.asked.push(['engines', expand]);
+    return 'e';
   }
 
   undo(): string | null {

@@ -12,6 +12,8 @@ describe('schema', () => {
     expect(Object.keys(SCHEMA.messages).sort()).toEqual(
       [
         'delta',
+        'engines',
+        'gather_engines',
         'move',
         'refresh',
         'reply',

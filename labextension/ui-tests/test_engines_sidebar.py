@@ -1,0 +1,89 @@
+"""The sidebar's engines section in a real JupyterLab (headless Debian Chromium).
+
+The notebook's kernel starts a 2-engine ipyparallel cluster (``ipp.Cluster(n=2)``), each engine
+with the simulated accelerator and a model on it; Gather in the sidebar shows one row per engine
+and device from the engines' summaries, and expanding engine 1 lists its objects. The cluster is
+stopped at the end, whatever happened.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+expect = pytest.importorskip(
+    "playwright.sync_api", reason="the playwright package is not installed"
+).expect
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
+
+CELLS = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell"
+PANEL = "#torchdevice-magic-panel"
+TAB = 'li[data-id="torchdevice-magic-panel"]'
+SECTION = f"{PANEL} .jp-TorchDevices-engines"
+GATHER = f"{SECTION} button.jp-TorchDevices-engines-gather"
+CELL_TIMEOUT = 120_000
+
+START = (
+    "import ipyparallel as ipp\n"
+    "cluster = ipp.Cluster(n=2, log_level=40)\n"
+    "rc = cluster.start_and_connect_sync()\n"
+    "rc.wait_for_engines(2, timeout=120)\n"
+    "rc[:].execute('from torchdevice_magic.testing import simulated_accelerator\\n"
+    "simulated_accelerator()\\nimport torch\\n"
+    'model = torch.nn.Linear(8, 4).to("simdev:0")\\nx = torch.randn(2, 8)\', block=True)\n'
+    "print('engines up:', rc.ids)"
+)
+
+
+def run_cell(page, code: str):
+    """Type ``code`` into the last cell, Shift+Enter, wait until its prompt shows a count."""
+    cells = page.locator(CELLS)
+    cell = cells.nth(cells.count() - 1)
+    editor = cell.locator(".cm-content")
+    editor.click()
+    page.keyboard.press("ControlOrMeta+a")
+    page.keyboard.press("Delete")
+    page.keyboard.insert_text(code)
+    expect(editor).to_have_text(code.replace("\n", ""), timeout=10_000)
+    page.keyboard.press("Shift+Enter")
+    expect(cell.locator(".jp-InputPrompt")).to_have_text(
+        re.compile(r"\[\d+\]"), timeout=CELL_TIMEOUT
+    )
+    return cell
+
+
+def engine_row(engine: int, device: str) -> str:
+    return f'{SECTION} tr.jp-TorchDevices-engines-row[data-engine="{engine}"]:has-text("{device}")'
+
+
+def test_gather_shows_engines_and_expands_one(lab) -> None:
+    page = lab.page
+    run_cell(page, "%load_ext torchdevice_magic")
+    started = run_cell(page, START)
+    try:
+        expect(started.locator(".jp-OutputArea")).to_contain_text("engines up: [0, 1]")
+        if not page.locator(PANEL).is_visible():
+            page.click(TAB)
+        expect(page.locator(GATHER)).to_be_enabled(timeout=30_000)
+        page.click(GATHER)
+        for engine in (0, 1):
+            expect(page.locator(engine_row(engine, "simdev:0"))).to_contain_text(
+                "144 B", timeout=30_000
+            )
+            expect(page.locator(engine_row(engine, "cpu"))).to_contain_text("64 B")
+        expect(page.locator(f"{SECTION} .jp-TorchDevices-engines-note")).to_contain_text(
+            "2 engines answered"
+        )
+        expect(page.locator(GATHER)).to_have_text("Refresh")
+
+        page.locator(f'{SECTION} tr[data-engine="1"] button.jp-TorchDevices-engines-expand').click()
+        objects = page.locator(f'{SECTION} tr.jp-TorchDevices-engines-object[data-engine="1"]')
+        expect(objects).to_have_count(2, timeout=30_000)
+        expect(objects.first).to_contain_text("model")
+        expect(
+            page.locator(f'{SECTION} tr.jp-TorchDevices-engines-object[data-engine="0"]')
+        ).to_have_count(0)
+    finally:
+        run_cell(page, "rc.close()\ncluster.stop_cluster_sync()")
