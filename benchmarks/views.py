@@ -98,6 +98,10 @@ class Kernel:
                 sent += _wire_size(data)
                 if not seen and data.get("type") == "view":
                     seen = time.perf_counter()
+            elif kind == "comm_open" and content.get("target_name") == TARGET:
+                # the extension announcing itself on load: a sidebar already watching adopts
+                # this comm, any other frontend closes it; either way one comm stays open
+                self.comm_id = content["comm_id"]
             elif kind == "stream":
                 self.printed.append(content["text"])
             elif kind == "error":
@@ -122,7 +126,8 @@ class Kernel:
         return str(message["header"]["msg_id"])
 
     def open_sidebar(self) -> tuple[float, int]:
-        """Open the comm as the sidebar does: (seconds to the first window, its bytes)."""
+        """Open the comm as the sidebar does, closing the one open before (the sidebar keeps
+        one): (seconds to the first window, its bytes)."""
         if self.comm_id is not None:
             parent = self._shell("comm_close", {"comm_id": self.comm_id, "data": {}})
             self._until_idle(parent)
