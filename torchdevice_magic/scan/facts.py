@@ -170,6 +170,18 @@ def _plain_tensor_facts(T: TorchTypes, tensor: Any, tp: type) -> _TensorFacts | 
         return None
 
 
+def _column_like(T: TorchTypes, entry: Any) -> bool:
+    """Whether an entry is what a full scan puts in the columns: an exact tensor without
+    gradients, with a data pointer (meta and wrapper storages are keyed otherwise)."""
+    return (
+        type(entry) is _TensorFacts
+        and entry.type is T.Tensor
+        and not entry.requires_grad
+        and entry.grad is None
+        and type(entry.key[1]) is int
+    )
+
+
 def _facts_storages(facts: _TensorFacts) -> Storages:
     storages = {facts.key: (facts.device, facts.nbytes)}
     grad = facts.grad
