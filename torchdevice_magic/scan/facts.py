@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from itertools import compress, repeat
+from math import prod
 from operator import attrgetter, itemgetter, methodcaller
 from typing import Any, NamedTuple
 
@@ -40,7 +41,7 @@ class _TensorFacts(NamedTuple):
     type: type
     device: str
     dtype: Any
-    shape: Any
+    shape: tuple[int, ...]
     requires_grad: bool
     key: StorageKey
     nbytes: int
@@ -160,7 +161,7 @@ def _plain_tensor_facts(T: TorchTypes, tensor: Any, tp: type) -> _TensorFacts | 
             tp,
             device,
             tensor.dtype,
-            tensor.shape,
+            tuple(tensor.shape),  # a plain tuple of ints: the collector stops tracking it
             requires_grad,
             key,
             storage.nbytes(),
@@ -202,8 +203,8 @@ def _facts_record(T: TorchTypes, name: str, facts: _TensorFacts, root: str | Non
         facts.type.__name__,
         (device,),
         T.dtype_name(facts.dtype),
-        tuple(facts.shape),
-        facts.shape.numel(),
+        facts.shape,
+        prod(facts.shape),
         actual,
         facts.nbytes,
         facts.requires_grad,
