@@ -51,3 +51,24 @@ def test_a_namespace_made_in_one_cell_is_folded_at_once():
     assert len(inventory.view_columns().names) == 5_001
     assert inventory.other_records() == []
     assert facts(inventory) == facts(tdm.scan(namespace))
+
+
+def test_records_a_view_asked_for_do_not_outlive_the_fold():
+    """After each cell a view asks what changed (the records of the new names); once those
+    tensors are folded into the columns, their records are not kept (each would be one more
+    object for the garbage collector to walk, for as long as the session lasts)."""
+    namespace: dict = {"first": torch.ones(2)}
+    scanner = Scanner()
+    shown = scanner.scan(namespace, full=True)
+    shown.view_columns()  # a view opened: it follows the changes from here
+    folds = 0
+    for stop in range(500, 6_001, 500):
+        inventory = _grow(namespace, scanner, stop - 500, stop)
+        folds += inventory._state.columns is not shown._state.columns
+        if inventory.view_changes(shown) is None:  # after a fold: the view reads it all again
+            inventory.view_columns()
+        shown = inventory
+    assert folds >= 2
+    unfolded = {name for name in inventory._state.entries if name.startswith("t")}
+    assert 0 < len(unfolded) < 6_000
+    assert set(inventory._record_cache) == unfolded

@@ -38,6 +38,7 @@ from typing import Any
 
 from ..names import IPYTHON_NAMES, is_ipython_bookkeeping
 from ..objects import Kind, StorageKey, TorchTypes
+from ..records import Record
 from .book import _names_left, _new_serial, _State
 from .columns import _NO_COLUMNS, _read_columns
 from .composites import AGGREGATE_ABOVE, CONTAINER_ELEMENT_CAP, MAX_CONTAINER_DEPTH
@@ -138,7 +139,7 @@ class Scanner:
             include_hidden=include_hidden,
             hidden=hidden,
             torch=T,
-            record_cache=previous._record_cache if previous is not None else None,
+            record_cache=_cache_kept(previous, new_state),
         )
         if previous is not None and not hidden:
             inventory._book = previous._give_book()
@@ -151,6 +152,21 @@ class Scanner:
                 inventory.objects_changed = False
                 inventory._owned_keys = previous._owned_keys
         return inventory
+
+
+def _cache_kept(
+    previous: Inventory | None, state: _State
+) -> dict[str, tuple[Any, list[Record]]] | None:
+    """The records built for entries, for the next inventory: all of them, but after a fold
+    or a full scan only those of entries still there (the folded tensors' records would
+    otherwise live on, a tracked object each for the collector to walk)."""
+    if previous is None:
+        return None
+    cache = previous._record_cache
+    if state.columns is previous._state.columns or not cache:
+        return cache
+    entries = state.entries
+    return {name: kept for name, kept in cache.items() if entries.get(name) is kept[0]}
 
 
 def scan(
