@@ -321,8 +321,10 @@ def _rescan(
     dropped = state.dropped
     known = len(state.keys)
     gone: list[str] = []
-    if (keys if len(keys) == known else keys[:known]) == state.keys:
+    kept = 0
+    if _starts_with(keys, state.keys):
         # the usual cell: same names, some rebound, perhaps a few new ones at the end
+        kept = known
         stale = _rebound(keys, ids, state.ids)
         stale += keys[known:]
     else:
@@ -385,7 +387,26 @@ def _rescan(
         touched=tuple(dict.fromkeys(touched)),
         mixed=frozenset(mixed),
         settled=state.settled,
+        kept=kept,
     )
+
+
+def _starts_with(keys: list[str], prefix: list[str]) -> bool:
+    """Whether ``keys`` (a list this scan made and owns) begins with ``prefix``. Compared
+    as whole lists (in C, by identity first) after cutting off the new tail for a moment:
+    slicing a namespace's worth of names would touch every name's string (reference counts)
+    and costs more than the comparison itself."""
+    known = len(prefix)
+    if len(keys) < known:
+        return False
+    if len(keys) == known:
+        return keys == prefix
+    tail = keys[known:]
+    del keys[known:]
+    try:
+        return keys == prefix
+    finally:
+        keys += tail
 
 
 #: names compared at once by :func:`_rebound` (as lists, in C) before one by one
