@@ -58,6 +58,10 @@ class _State(NamedTuple):
     #: how many leading keys are the parent's, in the same order (the rescan compared them):
     #: the book then need not compare the whole namespace's names again
     kept: int = 0
+    #: name -> its place in ``keys`` (None: not made yet). Shared with the states after
+    #: this one while names are only added at the end (each adds its new names), so only a
+    #: hint: a rescan checks what it finds with it (:func:`.scanner._rebound`)
+    positions: dict[str, int] | None = None
 
 
 #: numbers for states (:attr:`_State.serial`), never reused in a process

@@ -322,10 +322,17 @@ def _rescan(
     known = len(state.keys)
     gone: list[str] = []
     kept = 0
+    positions = None
     if _starts_with(keys, state.keys):
         # the usual cell: same names, some rebound, perhaps a few new ones at the end
         kept = known
-        stale = _rebound(keys, ids, state.ids)
+        positions = state.positions
+        if positions is None:
+            positions = dict(zip(keys, range(len(keys))))  # noqa: B905
+        elif len(keys) > known:
+            positions.update(zip(keys[known:], range(known, len(keys))))  # noqa: B905
+        changed = list(changed)
+        stale = _rebound(keys, ids, state.ids, positions, changed)
         stale += keys[known:]
     else:
         left = _names_left(state.keys, keys)
@@ -388,10 +395,11 @@ def _rescan(
         mixed=frozenset(mixed),
         settled=state.settled,
         kept=kept,
+        positions=positions,
     )
 
 
-def _starts_with(keys: list[str], prefix: list[str]) -> bool:
+def _starts_with(keys: list[Any], prefix: list[Any]) -> bool:
     """Whether ``keys`` (a list this scan made and owns) begins with ``prefix``. Compared
     as whole lists (in C, by identity first) after cutting off the new tail for a moment:
     slicing a namespace's worth of names would touch every name's string (reference counts)
@@ -413,12 +421,36 @@ def _starts_with(keys: list[str], prefix: list[str]) -> bool:
 _REBOUND_CHUNK = 1024
 
 
-def _rebound(names: list[str], ids: list[int], old_ids: list[int]) -> list[str]:
+def _rebound(
+    names: list[str],
+    ids: list[int],
+    old_ids: list[int],
+    positions: dict[str, int] | None = None,
+    mentioned: Iterable[str] = (),
+) -> list[str]:
     """The first ``len(old_ids)`` names whose id is not the old one (the names a cell bound to
-    another object). A cell rebinds a few names of many: chunks compared as lists (C, no
-    call per name) and only the chunks that differ looked at name by name."""
-    found: list[str] = []
+    another object). A cell rebinds a few names of many, usually names it mentions: those
+    (found by ``positions``) are set back to their old ids for a moment and the whole lists
+    compared at once (in C, no copy); if they are then equal, the rebound names are among
+    them. Otherwise (a name rebound some other way: ``exec``, a function's ``global``, another
+    thread) chunks are compared as lists and only those that differ looked at name by name.
+    ``ids`` is the list this scan made: it is left as it was."""
     known = len(old_ids)
+    if positions is not None:
+        saved: dict[int, int] = {}
+        for name in mentioned:
+            index = positions.get(name, known)
+            if index < known and names[index] == name and index not in saved:
+                saved[index] = ids[index]
+                ids[index] = old_ids[index]
+        try:
+            same = _starts_with(ids, old_ids)
+        finally:
+            for index, value in saved.items():
+                ids[index] = value
+        if same:
+            return [names[i] for i, value in sorted(saved.items()) if value != old_ids[i]]
+    found: list[str] = []
     for start in range(0, known, _REBOUND_CHUNK):
         stop = min(start + _REBOUND_CHUNK, known)
         now, before = ids[start:stop], old_ids[start:stop]
