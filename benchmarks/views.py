@@ -21,7 +21,8 @@ a Move (both answered with a full scan):
   process spent on the cell (all its threads, the one that sends the comm messages too,
   from ``/proc/<pid>/task/*/schedstat``, in ns) is measured as well: ``cpu added``;
 - sent per cell: the JSON of the comm messages that cell caused (median);
-- opening the sidebar: the comm closed and opened again, ``comm_open`` -> first ``view``.
+- opening the sidebar: the comm closed and opened again, ``comm_open`` -> first ``view``
+  (and the kernel's CPU time for it: ``open cpu``).
 
 Targets: <= 2 ms added per cell at 2,000 and <= 20 ms at 100,000; <= 16 kB per cell; opening
 <= 300 ms at 100,000. Run: ``python benchmarks/views.py [--paths staged one-go] [--sizes
@@ -144,16 +145,20 @@ class Kernel:
 
     def open_sidebar(self) -> tuple[float, int]:
         """Open the comm as the sidebar does, closing the one open before (the sidebar keeps
-        one): (seconds to the first window, its bytes)."""
+        one): (seconds to the first window, its bytes); ``last_cpu``: the kernel's CPU
+        seconds until it was idle again."""
         if self.comm_id is not None:
             parent = self._shell("comm_close", {"comm_id": self.comm_id, "data": {}})
             self._until_idle(parent)
         self.comm_id = uuid.uuid4().hex
+        cpu = self.cpu_seconds()
         start = time.perf_counter()
         parent = self._shell(
             "comm_open", {"comm_id": self.comm_id, "target_name": TARGET, "data": {}}
         )
         sent, seen = self._until_idle(parent)
+        after = self.cpu_seconds()
+        self.last_cpu = after - cpu if cpu is not None and after is not None else None
         if not seen:
             raise RuntimeError("the kernel sent no window when the sidebar opened")
         return seen - start, sent
@@ -224,7 +229,8 @@ def measure_phases(
         row: dict[str, Any] = {"path": path, "n": size, "phase": phase, "action_ms": action_ms}
         row.update(per_cell(with_ext, without, size, cells))
         opened, first_bytes = with_ext.open_sidebar()
-        row.update(open_ms=opened * 1e3, first_kb=first_bytes / 1000)
+        open_cpu = with_ext.last_cpu * 1e3 if with_ext.last_cpu is not None else float("nan")
+        row.update(open_ms=opened * 1e3, open_cpu_ms=open_cpu, first_kb=first_bytes / 1000)
         print_row(row)
         rows.append(row)
     return rows
@@ -260,7 +266,8 @@ def one_go(sizes: list[int], cells: int) -> list[dict[str, Any]]:
 
 HEADER = (
     f"{'path':7} {'N':>8} {'phase':14} {'cell w/o':>9} {'added/cell':>10} {'(q1 – q3)':>16}"
-    f" {'cpu added':>10} {'sent/cell':>10} {'open':>9} {'window':>8} {'action':>9}"
+    f" {'cpu added':>10} {'sent/cell':>10} {'open':>9} {'open cpu':>9} {'window':>8}"
+    f" {'action':>9}"
 )
 
 
@@ -271,7 +278,8 @@ def print_row(row: dict[str, Any]) -> None:
         f"{row['path']:7} {row['n']:>8,} {row['phase']:14} {row['cell_ms']:6.1f} ms"
         f" {row['added_ms']:7.1f} ms ({q1:6.1f} – {q3:5.1f}) {row['cpu_added_ms']:7.1f} ms"
         f" {row['sent_kb']:7.2f} kB"
-        f" {row['open_ms']:6.0f} ms {row['first_kb']:5.1f} kB {action:>9}",
+        f" {row['open_ms']:6.0f} ms {row['open_cpu_ms']:6.0f} ms {row['first_kb']:5.1f} kB"
+        f" {action:>9}",
         flush=True,
     )
 
