@@ -71,6 +71,7 @@ class _Contents:
         self._sharing: dict[str, tuple[str, ...]] | None = None
         self._shared_records: dict[str, Record] = {}
         self._live: tuple[_Columns, list[int] | None] | None = None
+        self._column_like: dict[str, _TensorFacts] | None = None
         #: False when a rescan found every module and optimizer as it was before
         self.objects_changed = True
 
@@ -134,18 +135,21 @@ class _Contents:
         T = self._torch
         if T is None:
             return {}
-        return {name: e for name, e in self._entries.items() if _column_like(T, e)}
+        if self._column_like is None:
+            entries = self._entries
+            self._column_like = {name: e for name, e in entries.items() if _column_like(T, e)}
+        return self._column_like
 
     def other_records(self) -> list[Record]:
         """The records of every name not in :meth:`view_columns` (modules, optimizers,
         containers, tensors with gradients..., and hidden ones), sharing included: with the
         columns, exactly :attr:`records`."""
-        T = self._torch
-        if T is None:
+        if self._torch is None:
             return []
+        plain = self._column_like_entries()
         found: list[Record] = []
-        for name, entry in self._entries.items():
-            if not _column_like(T, entry):
+        for name in self._entries:
+            if name not in plain:
                 found += self.records_of(name)
         for label in self._hidden:
             found += self.records_of(label)
