@@ -26,7 +26,7 @@ a Move (both answered with a full scan):
 
 Targets: <= 2 ms added per cell at 2,000 and <= 20 ms at 100,000; <= 16 kB per cell; opening
 <= 300 ms at 100,000. Run: ``python benchmarks/views.py [--paths staged one-go] [--sizes
-200 2000 20000 100000] [--cells 12]``.
+200 2000 20000 100000] [--cells 12] [--checkout PATH]``.
 """
 
 from __future__ import annotations
@@ -285,11 +285,20 @@ def print_row(row: dict[str, Any]) -> None:
 
 
 def main() -> None:
+    global ROOT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--paths", nargs="+", default=["staged", "one-go"])
     parser.add_argument("--sizes", nargs="+", type=int, default=SIZES)
     parser.add_argument("--cells", type=int, default=12, help="small cells per measurement")
+    parser.add_argument(
+        "--checkout",
+        type=Path,
+        default=ROOT,
+        help="the checkout the kernels import torchdevice_magic from (another branch's, for"
+        " a baseline measured the same minutes)",
+    )
     args = parser.parse_args()
+    ROOT = args.checkout.resolve()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores; targets: <= 2 ms added at"
           " 2,000, <= 20 ms at 100,000, <= 16 kB per cell, open <= 300 ms at 100,000")  # fmt: skip
     print(HEADER)
