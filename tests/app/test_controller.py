@@ -45,6 +45,26 @@ def test_scan_after_a_cell_sees_what_the_cell_named(
     assert "y" in inventory.names() and app.inventory is inventory
 
 
+@pytest.mark.parametrize(
+    "cell",
+    [
+        "list(model.double() for _ in range(1))",  # a generator expression's own code
+        "(lambda: model.double())()",
+        "def f():\n    model.double()\nf()",
+    ],
+)
+def test_a_module_changed_from_nested_code_is_seen_after_the_cell(
+    app: DeviceController, namespace: dict[str, Any], cell: str
+) -> None:
+    """The names a cell mentions include those of its nested code: a module reached only
+    there is still looked at again (the rescan skips modules a cell cannot have reached)."""
+    app.full_scan()
+    exec(cell, namespace)
+    namespace.pop("__builtins__", None)
+    _, inventory = app.scan_after_cell(cell)
+    assert {r.dtype for r in inventory.records_of("model")} == {"float64"}
+
+
 def test_move_then_undo_keeps_one_history_and_tells_every_listener(
     namespace: dict[str, Any], lazy_backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

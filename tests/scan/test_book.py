@@ -223,3 +223,24 @@ def test_a_module_that_comes_to_span_devices_in_a_later_cell_is_warned_about():
     del namespace["model"]
     model = None
     assert scanner.scan(namespace).mixed_warnings() == []
+
+
+def test_the_bookkeeping_keeps_no_earlier_scan_state_alive():
+    """The book remembers the last updates to answer a view that missed some; it must not
+    keep their scan states (each holds every name and every id of the namespace) alive."""
+    import gc
+    import importlib
+
+    state_type = importlib.import_module("torchdevice_magic.scan.book")._State
+    namespace: dict = {f"t{i}": torch.zeros(2) for i in range(100)}
+    scanner = Scanner()
+    shown = scanner.scan(namespace, full=True)
+    shown.view_columns()  # a view opened: the bookkeeping starts and follows each cell
+    for cell in range(40):
+        namespace["t7"] = torch.zeros(2 + cell % 2)
+        inventory = scanner.scan(namespace, changed=["t7"])
+        assert list(inventory.view_changes(shown) or {}) == ["t7"]
+        shown = inventory
+    gc.collect()
+    alive = [o for o in gc.get_objects() if type(o) is state_type]
+    assert len(alive) <= 3  # the scanner's latest, the view's, and what the book is at

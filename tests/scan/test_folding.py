@@ -25,15 +25,16 @@ def test_tensors_made_by_later_cells_end_in_the_columns_with_the_same_facts():
     namespace["grad"] = torch.ones(3, requires_grad=True)  # stays an entry (volatile)
     namespace["meta"] = torch.ones(3, device="meta")  # no data pointer: stays an entry
     reached = 0
-    for stop in (600, 1_500, 3_000, 6_000):  # cells of growth, as a notebook grows
+    for stop in (600, 1_500, 3_000, 6_000, 6_500):  # cells of growth, as a notebook grows
         inventory = _grow(namespace, scanner, reached, stop)
         reached = stop
         assert facts(inventory) == facts(tdm.scan(namespace))
-    # (the last fold was at most a quarter of the namespace plus 1024 names ago)
+    assert len(inventory._state.entries) >= 500  # the last 500 tensors: entries, not folded
+    # a view reads every plain tensor as a column row, those made since the last fold too:
+    # records only for the rest (no record per tensor however the namespace grew)
     columns = inventory.view_columns()
-    assert len(columns.names) >= 6_000 - 1_024 - 6_000 // 4
-    assert "grad" not in columns.names and "meta" not in columns.names
-    assert len(inventory.other_records()) < 1_024 + 2_000
+    assert sorted(columns.names) == sorted([*(f"t{i}" for i in range(6_500)), "first", "alias"])
+    assert {r.root for r in inventory.other_records()} == {"model", "grad", "meta"}
     # a later cell rebinding a folded name, deleting one: still a fresh scan's facts
     namespace["t10"] = torch.zeros(100)
     del namespace["t11"]
@@ -50,3 +51,24 @@ def test_a_namespace_made_in_one_cell_is_folded_at_once():
     assert len(inventory.view_columns().names) == 5_001
     assert inventory.other_records() == []
     assert facts(inventory) == facts(tdm.scan(namespace))
+
+
+def test_records_a_view_asked_for_do_not_outlive_the_fold():
+    """After each cell a view asks what changed (the records of the new names); once those
+    tensors are folded into the columns, their records are not kept (each would be one more
+    object for the garbage collector to walk, for as long as the session lasts)."""
+    namespace: dict = {"first": torch.ones(2)}
+    scanner = Scanner()
+    shown = scanner.scan(namespace, full=True)
+    shown.view_columns()  # a view opened: it follows the changes from here
+    folds = 0
+    for stop in range(500, 6_001, 500):
+        inventory = _grow(namespace, scanner, stop - 500, stop)
+        folds += inventory._state.columns is not shown._state.columns
+        if inventory.view_changes(shown) is None:  # after a fold: the view reads it all again
+            inventory.view_columns()
+        shown = inventory
+    assert folds >= 2
+    unfolded = {name for name in inventory._state.entries if name.startswith("t")}
+    assert 0 < len(unfolded) < 6_000
+    assert set(inventory._record_cache) == unfolded

@@ -501,3 +501,19 @@ def test_module_storages_keyed_when_asked_are_the_same():
     assert inventory.storages() == expected
     assert record.param_bytes == {"cpu": 160} and record.buffer_bytes == {"cpu": 12}
     assert record.grad_bytes == 160 and record.bytes == 160 + 160 + 12
+
+
+def test_what_the_scan_keeps_of_a_tensor_is_left_alone_by_the_garbage_collector():
+    """Shapes are kept as plain tuples of ints (a torch.Size, a tuple subclass, stays tracked
+    by the collector: one object per tensor for every full collection to walk)."""
+    import gc
+
+    namespace: dict = {f"t{i}": torch.zeros(i % 3 + 1, 2) for i in range(50)}
+    scanner = Scanner()
+    first = scanner.scan(namespace, full=True)
+    namespace["later"] = torch.ones(3, 1)
+    later = scanner.scan(namespace, changed=["later"])
+    shapes = [*first._state.columns.shapes, later._state.entries["later"].shape]
+    assert shapes[:2] == [(1, 2), (2, 2)] and shapes[-1] == (3, 1)
+    gc.collect()
+    assert not any(map(gc.is_tracked, shapes))

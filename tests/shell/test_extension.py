@@ -225,6 +225,34 @@ def test_hook_rescans_incrementally_and_sees_reused_names(ip):
     assert session.app.inventory["w"].shape == (5,)
 
 
+@pytest.mark.parametrize(
+    ("cell", "shape"),
+    [
+        ("exec('t3 = torch.ones(7)')", (7,)),
+        ("globals()['t3'] = torch.ones(7)", (7,)),
+        ("rebind()", (7,)),  # a function's `global t3`
+        ("%run -i {script}", (7,)),
+        ("t5 = t3 = torch.ones(7)", (7,)),
+        ("del t3", None),
+    ],
+)
+def test_the_hook_sees_a_name_rebound_by_any_route(ip, tmp_path, cell, shape):
+    """The rescan after a cell looks first at the names the cell mentions; a name rebound any
+    other way (exec, globals(), a function's global statement, %run, del) is still seen."""
+    script = tmp_path / "rebind.py"
+    script.write_text("t3 = torch.ones(7)\n")
+    run(ip, "import torch\n" + "\n".join(f"t{i} = torch.ones(2)" for i in range(3000)))
+    run(ip, "def rebind():\n    global t3\n    t3 = torch.ones(7)")
+    run(ip, "t9 = torch.ones(4)")  # an ordinary cell first: the rescan's quick path is set up
+    session = get_session(ip)
+    assert session.app.inventory["t3"].shape == (2,)
+    result, out, _ = run(ip, cell.format(script=script))
+    assert result.success, out
+    records = session.app.inventory.records_of("t3")
+    assert (records[0].shape if records else None) == shape
+    assert session.app.inventory.records_of("t9")[0].shape == (4,)
+
+
 def test_hook_warns_once_when_the_model_is_recreated_but_not_its_optimizer(ip):
     run(
         ip, "import torch\nmodel = torch.nn.Linear(3, 2)\nopt = torch.optim.SGD(model.parameters())"

@@ -155,14 +155,23 @@ class Cell:
 
     @cached_property
     def global_names(self) -> tuple[str, ...]:
-        """The global names the cell's top-level code mentions (reads, binds, deletes, and
-        attribute names): what the hook rescans. From the compiled code, like ``co_names``."""
+        """The global names the cell's code mentions (reads, binds, deletes, and attribute
+        names), its generator expressions, lambdas and nested functions included (a
+        ``list(model.half() for _ in ...)`` reaches ``model`` from nested code): what the hook
+        rescans. From the compiled code, like ``co_names``."""
         if self.tree is None:
             return ()
         try:
-            return compile(self.tree, "<torchdevice_magic>", "exec", dont_inherit=True).co_names
+            code = compile(self.tree, "<torchdevice_magic>", "exec", dont_inherit=True)
         except Exception:
             return ()
+        found: dict[str, None] = dict.fromkeys(code.co_names)
+        nested = [const for const in code.co_consts if isinstance(const, types.CodeType)]
+        while nested:
+            inner = nested.pop()
+            found.update(dict.fromkeys(inner.co_names))
+            nested += (const for const in inner.co_consts if isinstance(const, types.CodeType))
+        return tuple(found)
 
     @cached_property
     def reads(self) -> tuple[tuple[str, int, int], ...]:

@@ -55,6 +55,13 @@ class _State(NamedTuple):
     mixed: frozenset[str] = frozenset()
     #: entries kept after the last full scan or fold (:mod:`.folding` folds again past it)
     settled: int = 0
+    #: how many leading keys are the parent's, in the same order (the rescan compared them):
+    #: the book then need not compare the whole namespace's names again
+    kept: int = 0
+    #: name -> its place in ``keys`` (None: not made yet). Shared with the states after
+    #: this one while names are only added at the end (each adds its new names), so only a
+    #: hint: a rescan checks what it finds with it (:func:`.scanner._rebound`)
+    positions: dict[str, int] | None = None
 
 
 #: numbers for states (:attr:`_State.serial`), never reused in a process
@@ -143,8 +150,11 @@ class _Book:
         self.counts = counts  # storage key -> how many names reach it (>1: shared)
         self.storages = storages  # Inventory.storages()
         self.devices = devices  # device -> [storages, bytes they hold (would need)]
-        self.history: list[tuple[_State, dict[str, tuple[list[Record], list[Record]]]]] = [
-            (state, {})
+        # states by their serial numbers, not the states: a state holds a list of every name
+        # and one of every id, and a namespace's worth of those per remembered update would
+        # stay alive with the book
+        self.history: list[tuple[int, dict[str, tuple[list[Record], list[Record]]]]] = [
+            (state.serial, {})
         ]
 
     @classmethod
@@ -202,8 +212,10 @@ class _Book:
         old_keys, new_keys = old.keys, new.keys
         known = len(old_keys)
         removed: list[str] = []
-        if new_keys is old_keys or new_keys == old_keys:
-            appended: list[str] = []
+        if new_keys is old_keys or (old.serial and new.parent == old.serial and new.kept == known):
+            appended: list[str] = new_keys[known:]
+        elif new_keys == old_keys:
+            appended = []
         elif len(new_keys) > known and new_keys[:known] == old_keys:
             appended = new_keys[known:]
         else:
@@ -287,7 +299,7 @@ class _Book:
                     figures[0] += 1
                     figures[1] += nbytes
         self.state = new
-        self.history.append((new, {name: (was, now) for name, was, now, _, _ in parts}))
+        self.history.append((new.serial, {name: (was, now) for name, was, now, _, _ in parts}))
         if len(self.history) > BOOK_HISTORY:
             del self.history[0]
         return True
@@ -297,8 +309,11 @@ class _Book:
         since ``state`` (unshared records: a change that touched sharing broke the chain), or
         None when ``state`` is not one this book went through lately."""
         history = self.history
+        serial = state.serial
+        if not serial:  # not made by a scan: in no lineage
+            return None
         for index in range(len(history) - 1, -1, -1):
-            if history[index][0] is state:
+            if history[index][0] == serial:
                 break
         else:
             return None

@@ -16,7 +16,8 @@ import dataclasses
 from collections import deque
 from collections.abc import Iterable
 from itertools import compress, repeat
-from operator import and_, is_, methodcaller, not_
+from math import prod
+from operator import and_, is_, not_
 from typing import Any
 
 from ..objects import StorageKey, TorchTypes
@@ -101,8 +102,8 @@ class _Columns:
                 "type": repeat("Tensor", count),
                 "devices": map(tuple, zip(self.devices)),  # noqa: B905 - one column
                 "dtype": map(T.dtype_name, self.dtypes),
-                "shape": map(tuple, self.shapes),
-                "numel": map(_numel, self.shapes),
+                "shape": self.shapes,
+                "numel": map(prod, self.shapes),
                 "bytes": self.sizes,
                 "would_need_bytes": self.sizes,
                 "bytes_by_device": map(dict, map(_as_pairs, self.devices, self.sizes)),
@@ -129,8 +130,8 @@ class _Columns:
                 "Tensor",
                 (device,),
                 T.dtype_name(self.dtypes[index]),
-                tuple(shape),
-                shape.numel(),
+                shape,
+                prod(shape),
                 nbytes,
                 nbytes,
                 bytes_by_device={device: nbytes},
@@ -140,7 +141,6 @@ class _Columns:
 
 #: Columns of at least this many tensors get their records built field by field (_bulk_records)
 _BULK_RECORDS = 64
-_numel = methodcaller("numel")
 
 
 def _as_pairs(device: str, nbytes: int) -> tuple[tuple[str, int]]:
@@ -204,7 +204,8 @@ def _read_columns(
             requires_grad += map(_get_requires_grad, batch)
             on_cpu += map(_is_cpu, batch)
             dtypes += map(_get_dtype, batch)
-            shapes += map(_get_shape, batch)
+            # plain tuples of ints (the collector stops tracking them), not torch.Size
+            shapes += map(tuple, map(_get_shape, batch))
         except Exception:  # something unusual among them: pointer 0 sends each one careful
             for column, placeholder in zip(columns, (0, 0, False, True, None, None)):  # noqa: B905
                 del column[start:]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import compress
+from math import prod
 from typing import Any
 
 from .. import objects
@@ -205,7 +206,7 @@ class _ContainerSummary:
         self.count += 1
         self.types.add(facts.type.__name__)
         self.dtypes.add(T.dtype_name(facts.dtype))
-        self.numel += facts.shape.numel()
+        self.numel += prod(facts.shape)
         if facts.requires_grad:
             self.requires_grad = True
             if facts.grad is not None:

@@ -23,7 +23,7 @@ from ..records import ColumnRows, Record
 from .book import _changed_names, _State
 from .columns import _NO_COLUMNS, _Columns
 from .entries import _Entry, _entry_storages
-from .facts import _facts_record, _TensorFacts
+from .facts import _column_like, _facts_record, _TensorFacts
 from .sharing import _count_storages, _lists_something, _sharers
 
 
@@ -71,6 +71,7 @@ class _Contents:
         self._sharing: dict[str, tuple[str, ...]] | None = None
         self._shared_records: dict[str, Record] = {}
         self._live: tuple[_Columns, list[int] | None] | None = None
+        self._column_like: dict[str, _TensorFacts] | None = None
         #: False when a rescan found every module and optimizer as it was before
         self.objects_changed = True
 
@@ -116,6 +117,11 @@ class _Contents:
         columns = self._live_columns()[0]
         names, devices = self._live_values(columns.names), self._live_values(columns.devices)
         sizes, pointers = self._live_values(columns.sizes), self._live_values(columns.pointers)
+        plain = self._column_like_entries()
+        if plain:  # tensors cells made since the last fold: rows like the columns' own
+            names, devices = names + list(plain), devices + [f.device for f in plain.values()]
+            sizes = sizes + [facts.nbytes for facts in plain.values()]
+            pointers = pointers + [facts.key[1] for facts in plain.values()]
         shared_keys = self._shared_storage_keys()
         shared: frozenset[str] = frozenset()
         if shared_keys and names:
@@ -123,15 +129,28 @@ class _Contents:
             shared = frozenset(compress(names, map(shared_keys.__contains__, keys)))
         return ColumnRows(names, devices, sizes, shared)
 
+    def _column_like_entries(self) -> dict[str, _TensorFacts]:
+        """The entries a fold would move into the columns (plain tensors bound by cells since
+        the last fold): a view reads them as columns too, without a record each."""
+        T = self._torch
+        if T is None:
+            return {}
+        if self._column_like is None:
+            entries = self._entries
+            self._column_like = {name: e for name, e in entries.items() if _column_like(T, e)}
+        return self._column_like
+
     def other_records(self) -> list[Record]:
         """The records of every name not in :meth:`view_columns` (modules, optimizers,
         containers, tensors with gradients..., and hidden ones), sharing included: with the
         columns, exactly :attr:`records`."""
         if self._torch is None:
             return []
+        plain = self._column_like_entries()
         found: list[Record] = []
         for name in self._entries:
-            found += self.records_of(name)
+            if name not in plain:
+                found += self.records_of(name)
         for label in self._hidden:
             found += self.records_of(label)
         return found

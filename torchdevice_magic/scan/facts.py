@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from itertools import compress, repeat
+from math import prod
 from operator import attrgetter, itemgetter, methodcaller
 from typing import Any, NamedTuple
 
@@ -41,7 +42,7 @@ class _TensorFacts(NamedTuple):
     type: type
     device: str
     dtype: Any
-    shape: Any
+    shape: tuple[int, ...]
     requires_grad: bool
     key: StorageKey
     nbytes: int
@@ -161,7 +162,7 @@ def _plain_tensor_facts(T: TorchTypes, tensor: Any, tp: type) -> _TensorFacts | 
             tp,
             device,
             tensor.dtype,
-            tensor.shape,
+            tuple(tensor.shape),  # a plain tuple of ints: the collector stops tracking it
             requires_grad,
             key,
             storage.nbytes(),
@@ -169,6 +170,18 @@ def _plain_tensor_facts(T: TorchTypes, tensor: Any, tp: type) -> _TensorFacts | 
         )
     except Exception:
         return None
+
+
+def _column_like(T: TorchTypes, entry: Any) -> bool:
+    """Whether an entry is what a full scan puts in the columns: an exact tensor without
+    gradients, with a data pointer (meta and wrapper storages are keyed otherwise)."""
+    return (
+        type(entry) is _TensorFacts
+        and entry.type is T.Tensor
+        and not entry.requires_grad
+        and entry.grad is None
+        and type(entry.key[1]) is int
+    )
 
 
 def _facts_storages(facts: _TensorFacts) -> Storages:
@@ -191,8 +204,8 @@ def _facts_record(T: TorchTypes, name: str, facts: _TensorFacts, root: str | Non
         facts.type.__name__,
         (device,),
         T.dtype_name(facts.dtype),
-        tuple(facts.shape),
-        facts.shape.numel(),
+        facts.shape,
+        prod(facts.shape),
         actual,
         facts.nbytes,
         facts.requires_grad,

@@ -21,7 +21,7 @@ from typing import Any
 from ..objects import TorchTypes
 from .book import _new_serial, _State
 from .columns import _NO_COLUMNS, _Columns
-from .facts import _TensorFacts
+from .facts import _column_like
 
 #: Entries a rescan keeps before folding the plain tensors among them into the columns (plus
 #: a quarter of the namespace, so that a growing namespace is folded ever more rarely)
@@ -38,24 +38,12 @@ def _fold_due(state: _State) -> bool:
     return len(state.entries) > state.settled + FOLD_ABOVE + (columns + state.settled) // 4
 
 
-def _foldable(T: TorchTypes, entry: Any) -> bool:
-    """What a full scan would have put in the columns: an exact tensor without gradients, with
-    a data pointer (meta and wrapper storages are keyed otherwise)."""
-    return (
-        type(entry) is _TensorFacts
-        and entry.type is T.Tensor
-        and not entry.requires_grad
-        and entry.grad is None
-        and type(entry.key[1]) is int
-    )
-
-
 def _fold(T: TorchTypes, state: _State) -> _State:
     """``state`` with its plain tensors kept as entries moved into new columns (with the live
     ones of the old columns). The same facts: only where they are kept changes, so the next
     views and the memory timeline take it as a full scan (new columns)."""
     entries = state.entries
-    names = [name for name, entry in entries.items() if _foldable(T, entry)]
+    names = [name for name, entry in entries.items() if _column_like(T, entry)]
     columns = state.columns or _NO_COLUMNS
     dropped = state.dropped
     live = [name not in dropped for name in columns.names] if dropped else None

@@ -38,6 +38,7 @@ from typing import Any
 
 from ..names import IPYTHON_NAMES, is_ipython_bookkeeping
 from ..objects import Kind, StorageKey, TorchTypes
+from ..records import Record
 from .book import _names_left, _new_serial, _State
 from .columns import _NO_COLUMNS, _read_columns
 from .composites import AGGREGATE_ABOVE, CONTAINER_ELEMENT_CAP, MAX_CONTAINER_DEPTH
@@ -138,7 +139,7 @@ class Scanner:
             include_hidden=include_hidden,
             hidden=hidden,
             torch=T,
-            record_cache=previous._record_cache if previous is not None else None,
+            record_cache=_cache_kept(previous, new_state),
         )
         if previous is not None and not hidden:
             inventory._book = previous._give_book()
@@ -151,6 +152,21 @@ class Scanner:
                 inventory.objects_changed = False
                 inventory._owned_keys = previous._owned_keys
         return inventory
+
+
+def _cache_kept(
+    previous: Inventory | None, state: _State
+) -> dict[str, tuple[Any, list[Record]]] | None:
+    """The records built for entries, for the next inventory: all of them, but after a fold
+    or a full scan only those of entries still there (the folded tensors' records would
+    otherwise live on, a tracked object each for the collector to walk)."""
+    if previous is None:
+        return None
+    cache = previous._record_cache
+    if state.columns is previous._state.columns or not cache:
+        return cache
+    entries = state.entries
+    return {name: kept for name, kept in cache.items() if entries.get(name) is kept[0]}
 
 
 def scan(
@@ -305,9 +321,18 @@ def _rescan(
     dropped = state.dropped
     known = len(state.keys)
     gone: list[str] = []
-    if (keys if len(keys) == known else keys[:known]) == state.keys:
+    kept = 0
+    positions = None
+    if _starts_with(keys, state.keys):
         # the usual cell: same names, some rebound, perhaps a few new ones at the end
-        stale = _rebound(keys, ids, state.ids)
+        kept = known
+        positions = state.positions
+        if positions is None:
+            positions = dict(zip(keys, range(len(keys))))  # noqa: B905
+        elif len(keys) > known:
+            positions.update(zip(keys[known:], range(known, len(keys))))  # noqa: B905
+        changed = list(changed)
+        stale = _rebound(keys, ids, state.ids, positions, changed)
         stale += keys[known:]
     else:
         left = _names_left(state.keys, keys)
@@ -369,19 +394,63 @@ def _rescan(
         touched=tuple(dict.fromkeys(touched)),
         mixed=frozenset(mixed),
         settled=state.settled,
+        kept=kept,
+        positions=positions,
     )
+
+
+def _starts_with(keys: list[Any], prefix: list[Any]) -> bool:
+    """Whether ``keys`` (a list this scan made and owns) begins with ``prefix``. Compared
+    as whole lists (in C, by identity first) after cutting off the new tail for a moment:
+    slicing a namespace's worth of names would touch every name's string (reference counts)
+    and costs more than the comparison itself."""
+    known = len(prefix)
+    if len(keys) < known:
+        return False
+    if len(keys) == known:
+        return keys == prefix
+    tail = keys[known:]
+    del keys[known:]
+    try:
+        return keys == prefix
+    finally:
+        keys += tail
 
 
 #: names compared at once by :func:`_rebound` (as lists, in C) before one by one
 _REBOUND_CHUNK = 1024
 
 
-def _rebound(names: list[str], ids: list[int], old_ids: list[int]) -> list[str]:
+def _rebound(
+    names: list[str],
+    ids: list[int],
+    old_ids: list[int],
+    positions: dict[str, int] | None = None,
+    mentioned: Iterable[str] = (),
+) -> list[str]:
     """The first ``len(old_ids)`` names whose id is not the old one (the names a cell bound to
-    another object). A cell rebinds a few names of many: chunks compared as lists (C, no
-    call per name) and only the chunks that differ looked at name by name."""
-    found: list[str] = []
+    another object). A cell rebinds a few names of many, usually names it mentions: those
+    (found by ``positions``) are set back to their old ids for a moment and the whole lists
+    compared at once (in C, no copy); if they are then equal, the rebound names are among
+    them. Otherwise (a name rebound some other way: ``exec``, a function's ``global``, another
+    thread) chunks are compared as lists and only those that differ looked at name by name.
+    ``ids`` is the list this scan made: it is left as it was."""
     known = len(old_ids)
+    if positions is not None:
+        saved: dict[int, int] = {}
+        for name in mentioned:
+            index = positions.get(name, known)
+            if index < known and names[index] == name and index not in saved:
+                saved[index] = ids[index]
+                ids[index] = old_ids[index]
+        try:
+            same = _starts_with(ids, old_ids)
+        finally:
+            for index, value in saved.items():
+                ids[index] = value
+        if same:
+            return [names[i] for i, value in sorted(saved.items()) if value != old_ids[i]]
+    found: list[str] = []
     for start in range(0, known, _REBOUND_CHUNK):
         stop = min(start + _REBOUND_CHUNK, known)
         now, before = ids[start:stop], old_ids[start:stop]
