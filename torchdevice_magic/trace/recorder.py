@@ -26,10 +26,12 @@ from .ops import (
     benign_mix,
     boolean_index,
     classify,
+    meta_mix,
     mixed_devices,
     op_name,
     output_device,
     read_label,
+    shape_only,
 )
 from .report import TraceReport
 
@@ -92,6 +94,7 @@ class Tracer:
         self._tensor: Any = None
         self._suppress = 0  # > 0: ops run by a function we noted (printing): not the user's
         self._label: str | None = None  # the Python spelling of the scalar read running
+        self._meta_noted = False  # the op running was noted as the first meta mix
 
     # -- entering and leaving ----------------------------------------------------------------
     def __enter__(self) -> Tracer:
@@ -216,11 +219,16 @@ class Tracer:
         devices: list[str],
     ) -> bool:
         """The op's inputs span ``devices``: note it when it is the first divergence (a copy or
-        a mix torch accepts by design is none); True when noted."""
+        a mix torch accepts by design is none), and when it is the first op computing with a
+        meta tensor beside a real one; True when noted as the divergence."""
         findings = self._findings
-        if len(devices) < 2 or findings.divergence is not None or kind == COPY:
+        self._meta_noted = False
+        if len(devices) < 2 or kind == COPY:
             return False
-        if benign_mix(kind, args, kwargs):
+        if findings.meta_mix is None and "meta" in devices and meta_mix(func, args, kwargs):
+            findings.note_meta_mix(func, args, kwargs, devices)
+            self._meta_noted = findings.meta_mix is not None
+        if findings.divergence is not None or shape_only(func) or benign_mix(kind, args, kwargs):
             return False
         findings.note_divergence(func, args, kwargs, devices, raised=False)
         return True
@@ -239,6 +247,10 @@ class Tracer:
             findings.note_divergence(func, args, kwargs, devices, raised=True)
         elif noted:  # noted just before it ran
             findings.divergence["raised"] = True
+        if self._meta_noted:
+            # torch refused this meta mix: the error says so; a later silent one is still news
+            findings.meta_mix = None
+            self._meta_noted = False
         findings.count_failed_op(devices)
 
     def _note(self, func: Any, kind: int, args: tuple[Any, ...], out: Any, device: Any) -> None:
