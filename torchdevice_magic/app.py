@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from . import protocol, viewmodel
 from .memory import HolderList, Timeline, device_figures, follow, shell_references
 from .scan import Inventory, Scanner, orphan_warning
+from .trace import MetaCallCheck
 
 log = logging.getLogger("torchdevice_magic")
 
@@ -105,6 +106,8 @@ class DeviceController:
         self._views: weakref.WeakSet[Any] = weakref.WeakSet()
         self._listeners: list[Listener] = []
         self._warned: set[tuple[Any, ...]] = set()
+        #: the always-on check of modules with meta tensors called with real inputs
+        self.meta_calls = MetaCallCheck()
 
     # -- scanning --------------------------------------------------------------------------
     def rescan(self, changed: tuple[str, ...] | list[str] = (), recheck: bool = True) -> Inventory:
@@ -350,6 +353,21 @@ class DeviceController:
         return protocol.timeline(rows, seq=self.seq, follows=follows)
 
     # -- warnings ----------------------------------------------------------------------------
+    def meta_call_warnings(
+        self, inventory: Inventory, check: bool = True, explained_elsewhere: bool = False
+    ) -> list[str]:
+        """Modules with meta tensors called with real inputs since the last cell (none when
+        ``explained_elsewhere``: the cell's error, or ``%%devicecheck``, says it); then the check is armed while
+        ``inventory`` holds a module with meta tensors (``check``: the user's setting; off,
+        the hook is removed)."""
+        calls = self.meta_calls.take(self.namespace)
+        found = [] if explained_elsewhere else [call.warning() for call in calls]
+        if check:
+            self.meta_calls.arm_for(inventory.records)
+        else:
+            self.meta_calls.disarm()
+        return found
+
     def new_mixed_warnings(self, inventory: Inventory) -> list[str]:
         """Orphaned optimizers and modules spanning devices not warned about before."""
         found = []

@@ -26,6 +26,13 @@ class TorchDeviceMagic(Configurable):
         help="Print a one-line warning when a module spans devices or an optimizer's state "
         "sits on a device other than its parameters.",
     ).tag(config=True)
+    check_meta_calls = Bool(
+        True,
+        help="Warn after a cell that called a module holding meta parameters or buffers with "
+        "real inputs (torch raises nothing; the output holds no real values). Armed only "
+        "while the namespace holds a module with meta tensors (its global forward pre-hook "
+        "costs about 1.7 µs per module call while armed; nothing otherwise).",
+    ).tag(config=True)
     default_device = Unicode(
         "",
         help="The device fixes and moves suggest by default; empty: moves offer the best "

@@ -55,6 +55,7 @@ def unload(shell: Any) -> None:
     with contextlib.suppress(ValueError):
         shell.events.unregister("pre_run_cell", session.pre_run_cell)
     session.remove_exception_handler()
+    session.app.meta_calls.disarm()
     for kind, names in MAGIC_NAMES.items():
         for name in names:
             shell.magics_manager.magics[kind].pop(name, None)

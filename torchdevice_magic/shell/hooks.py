@@ -145,6 +145,13 @@ class DeviceSession:
             and self.show_diagnosis(error, cell, cell_id=getattr(info, "cell_id", None)) is None
         ):
             self.show_oom(error)
+        # a failed cell's error is explained; %%devicecheck explains meta mixes itself
+        explained = getattr(result, "error_in_exec", None) is not None or bool(
+            self.suppress_auto_diagnosis
+        )
+        check = self.config.check_meta_calls
+        for warning in app.meta_call_warnings(inventory, check, explained):
+            print(f"⚠ torchdevice_magic: {warning}", file=sys.stderr)
         if self.config.warn_on_mixed:
             for warning in app.new_mixed_warnings(inventory):
                 print(f"⚠ torchdevice_magic: {warning}", file=sys.stderr)

@@ -15,7 +15,8 @@ The parts: :mod:`.report` (the report's data, text and HTML), :mod:`.recorder` (
 protocol they report to), :mod:`.ops` (what the recorder reads of an op), :mod:`.findings`
 (what one run found), :mod:`.locate` (the user's frame of an op), :mod:`.assembly` (findings
 to report), :mod:`.metamix` (meta tensors computing beside real ones: the lean guard of
-``%%devicecheck`` and the error its diagnosis explains) and :mod:`.frames` (library
+``%%devicecheck`` and the error its diagnosis explains), :mod:`.metacalls` (the always-on
+check of modules with meta tensors called with real inputs) and :mod:`.frames` (library
 directories, a tensor's name in a frame, loop lines).
 Everything is importable from here (``from torchdevice_magic.trace import Tracer``).
 
@@ -32,6 +33,7 @@ without tracing.
 
 from __future__ import annotations
 
+from .metacalls import MetaCall, MetaCallCheck
 from .metamix import MetaMixError, MetaMixGuard
 from .recorder import CELL_FILENAME, Tracer, trace
 from .report import Divergence, HostRead, TraceReport, Transfer
@@ -40,6 +42,8 @@ __all__ = [
     "CELL_FILENAME",
     "Divergence",
     "HostRead",
+    "MetaCall",
+    "MetaCallCheck",
     "MetaMixError",
     "MetaMixGuard",
     "TraceReport",

@@ -16,6 +16,7 @@ from typing import Any
 
 from .assembly import Places, assemble_report
 from .findings import Findings
+from .frames import module_path
 from .locate import FrameLocator
 from .modes import Recorder, mode_classes
 from .ops import (
@@ -311,23 +312,7 @@ class Tracer:
         """The namespace's name for a module: ``model`` or ``model.encoder.layers.3`` (the
         first top-level module holding it); None when no name reaches it. (ModuleTracker
         caches the answer per module, and names the children of a named module itself.)"""
-        nn_module = sys.modules["torch.nn"].Module
-        roots = []
-        for name, value in list(self.namespace.items()):
-            if name.startswith("_"):
-                continue
-            if value is module:
-                return name
-            if issubclass(type(value), nn_module):  # type(), not isinstance: no __class__ read
-                roots.append((name, value))
-        for root_name, root in roots:
-            try:
-                for path, sub in root.named_modules():
-                    if sub is module:
-                        return f"{root_name}.{path}"
-            except Exception:  # a module of the user's that cannot be walked: not this one
-                continue
-        return None
+        return module_path(self.namespace, module)
 
     # -- the report -------------------------------------------------------------------------------
     def report(self, error: BaseException | None = None) -> TraceReport:
