@@ -12,7 +12,8 @@ on an identity module (the call overhead alone) and on a 4-layer MLP of ``nn.Lin
 called on one row (5 module calls per forward). It prints the extra microseconds per module
 call of each, and the check's own share (armed - empty). The controller arms the check only
 while the namespace holds a module with meta tensors, so a session without one pays nothing;
-the cost of deciding (``arm_for`` over an inventory's records) is printed per record.
+the cost of deciding after a cell (``arm_for`` over the inventory's module records) is printed
+per cell for namespaces of 1,000 and 100,000 tensors.
 Times are the thread's CPU time (``time.thread_time``): on a shared machine the time the
 process waits for a core is not counted.
 
@@ -26,7 +27,6 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -59,17 +59,25 @@ def _measure(module: Any, x: Any, module_calls: int, rounds: int, calls: int) ->
     return {name: min(values) for name, values in samples.items()}
 
 
-def _arm_for_cost(records: int, rounds: int) -> float:
+def _arm_for_cost(names: int, rounds: int) -> float:
+    """Deciding after a cell, on a namespace of ``names`` tensors and one module: reading the
+    inventory's module records and arming (or not), per cell, in microseconds."""
+    import torch
+
+    from torchdevice_magic import scan
     from torchdevice_magic.trace import MetaCallCheck
 
+    namespace: dict[str, Any] = {f"t{i}": torch.zeros(2) for i in range(names)}
+    namespace["model"] = torch.nn.Linear(8, 8)
+    inventory = scan(namespace)
+    inventory.meta_module_records()  # built once, as the post-cell hook's other checks do
     check = MetaCallCheck()
-    rows = [SimpleNamespace(kind="tensor", devices=("cpu",)) for _ in range(records)]
-    best = []
+    samples = []
     for _ in range(rounds):
         start = time.thread_time()
-        check.arm_for(rows)
-        best.append((time.thread_time() - start) / records * 1e9)
-    return statistics.median(best)
+        check.arm_for(inventory.meta_module_records())
+        samples.append((time.thread_time() - start) * 1e6)
+    return statistics.median(samples)
 
 
 def main() -> None:
@@ -101,8 +109,9 @@ def main() -> None:
                 )
             own = best["armed check"] - best["empty hook"]
             print(f"  the check's own share (armed - empty hook): {own:+.3f} µs per module call")
-    per_record = _arm_for_cost(10000, args.rounds)
-    print(f"deciding whether to arm (arm_for): {per_record:.0f} ns per inventory record")
+    for names in (1000, 100000):
+        per_cell = _arm_for_cost(names, args.rounds)
+        print(f"deciding whether to arm, {names} tensors + 1 module: {per_cell:.1f} µs per cell")
 
 
 if __name__ == "__main__":

@@ -357,13 +357,13 @@ class DeviceController:
         self, inventory: Inventory, check: bool = True, explained_elsewhere: bool = False
     ) -> list[str]:
         """Modules with meta tensors called with real inputs since the last cell (none when
-        ``explained_elsewhere``: the cell's error, or ``%%devicecheck``, says it); then the check is armed while
-        ``inventory`` holds a module with meta tensors (``check``: the user's setting; off,
-        the hook is removed)."""
+        ``explained_elsewhere``: the cell's error, or ``%%devicecheck``, says it); then the
+        check is armed while ``inventory`` holds a module with meta tensors (``check``: the
+        user's setting; off, the hook is removed). Cheap: only module records are read."""
         calls = self.meta_calls.take(self.namespace)
         found = [] if explained_elsewhere else [call.warning() for call in calls]
         if check:
-            self.meta_calls.arm_for(inventory.records)
+            self.meta_calls.arm_for(inventory.meta_module_records())
         else:
             self.meta_calls.disarm()
         return found

@@ -91,19 +91,19 @@ def test_accelerate_offload_hooks_are_not_mixes(check, offload, tmp_path) -> Non
     assert check.take({"model": model}) == []
 
 
-def test_armed_only_while_a_module_holds_meta_tensors() -> None:
+def test_armed_only_while_the_inventory_holds_a_module_with_meta_tensors() -> None:
+    from torchdevice_magic import scan
+
     check = MetaCallCheck()
     hooks = torch.nn.modules.module._global_forward_pre_hooks
-
-    class Record:
-        def __init__(self, kind: str, devices: tuple[str, ...]) -> None:
-            self.kind, self.devices = kind, devices
-
-    check.arm_for([Record("module", ("cpu",)), Record("tensor", ("meta",))])
-    assert not check.armed and not hooks
-    check.arm_for([Record("module", ("cpu", "meta"))])
+    namespace = {"model": torch.nn.Linear(3, 4), "t": torch.empty(2, device="meta")}
+    check.arm_for(scan(namespace).meta_module_records())
+    assert not check.armed and not hooks  # a meta tensor alone is no module call
+    namespace["lazy"] = torch.nn.Sequential(torch.nn.Linear(3, 4, device="meta"))
+    check.arm_for(scan(namespace).meta_module_records())
     assert check.armed and len(hooks) == 1
-    check.arm_for([Record("module", ("cpu",))])
+    namespace["lazy"].to_empty(device="cpu")
+    check.arm_for(scan(namespace).meta_module_records())
     assert not check.armed and not hooks
 
 

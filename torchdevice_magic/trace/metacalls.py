@@ -7,8 +7,8 @@ torch 2.x CPU, and raises nothing. :class:`MetaCallCheck` is a global forward pr
 parameters and buffers and at its positional inputs. Any global hook sends every module call
 of the process down ``Module._call_impl``'s slow path (about 1.7 µs a call measured by
 ``benchmarks/meta_calls.py``, over the 1 µs budget), so the hook is armed only while the
-namespace holds a module with meta tensors (:meth:`MetaCallCheck.arm_for`): a session without
-one pays nothing.
+namespace holds a module with meta tensors (:meth:`MetaCallCheck.arm_for`, given the
+inventory's ``meta_module_records()``): a session without one pays nothing.
 
 Not a mix: a module whose weights an accelerate hook puts in place before its forward
 (``_hf_hook``: ``cpu_offload``, ``disk_offload``, a ``device_map`` dispatch), meta inputs
@@ -65,8 +65,8 @@ def meta_tensors(module: Any) -> tuple[str, ...]:
 class MetaCallCheck:
     """The forward pre-hook and what it caught since :meth:`take` was last called.
 
-    ``arm_for(inventory)`` registers the hook while a module record holds meta tensors (and
-    removes it when none does); :meth:`disarm` removes it for good (unloading). The hook never
+    ``arm_for(meta_modules)`` registers the hook while an inventory holds a module with meta
+    tensors (and removes it when none does); :meth:`disarm` removes it for good (unloading). The hook never
     raises into the user's forward, keeps modules only until :meth:`take`, and never holds a
     reference to a parameter."""
 
@@ -90,9 +90,10 @@ class MetaCallCheck:
         if handle is not None:
             handle.remove()
 
-    def arm_for(self, records: Any) -> None:
-        """Armed exactly while ``records`` (an inventory's) hold a module with meta tensors."""
-        if any(r.kind == "module" and "meta" in r.devices for r in records):
+    def arm_for(self, meta_modules: Any) -> None:
+        """Armed exactly while ``meta_modules`` (an inventory's records of modules holding
+        meta tensors) is not empty."""
+        if meta_modules:
             self.arm()
         else:
             self.disarm()
