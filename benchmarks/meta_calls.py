@@ -13,7 +13,8 @@ called on one row (5 module calls per forward). It prints the extra microseconds
 call of each, and the check's own share (armed - empty). The controller arms the check only
 while the namespace holds a module with meta tensors, so a session without one pays nothing;
 the cost of deciding after a cell (``arm_for`` over the inventory's module records) is printed
-per cell for namespaces of 1,000 and 100,000 tensors.
+per cell for namespaces of 1,000 and 100,000 tensors, and the cost of ``%%devicecheck``'s
+``MetaMixGuard`` (a dispatch mode) as guarded / unguarded ratios on small ops and on matmuls.
 Times are the thread's CPU time (``time.thread_time``): on a shared machine the time the
 process waits for a core is not counted.
 
@@ -80,6 +81,37 @@ def _arm_for_cost(names: int, rounds: int) -> float:
     return statistics.median(samples)
 
 
+def _guard_ratio(rounds: int) -> tuple[float, float]:
+    """``%%devicecheck``'s MetaMixGuard: 1,000 small ops, and 20 512x512 matmuls, guarded /
+    unguarded (median of per-round ratios)."""
+    import torch
+
+    from torchdevice_magic.trace import MetaMixGuard
+
+    small, big = torch.randn(8), torch.randn(512, 512)
+
+    def small_ops() -> None:
+        for _ in range(1000):
+            small.add(1.0)
+
+    def matmuls() -> None:
+        for _ in range(20):
+            big @ big
+
+    ratios: dict[str, list[float]] = {"small": [], "matmul": []}
+    for _ in range(rounds):
+        for label, work in (("small", small_ops), ("matmul", matmuls)):
+            start = time.thread_time()
+            work()
+            plain = time.thread_time() - start
+            with MetaMixGuard({}):
+                start = time.thread_time()
+                work()
+                guarded = time.thread_time() - start
+            ratios[label].append(guarded / plain)
+    return statistics.median(ratios["small"]), statistics.median(ratios["matmul"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
@@ -109,6 +141,10 @@ def main() -> None:
                 )
             own = best["armed check"] - best["empty hook"]
             print(f"  the check's own share (armed - empty hook): {own:+.3f} µs per module call")
+    small, matmul = _guard_ratio(args.rounds)
+    print(
+        f"%%devicecheck's meta-mix guard: 1,000 small ops x{small:.2f}, 512x512 matmuls x{matmul:.2f}"
+    )
     for names in (1000, 100000):
         per_cell = _arm_for_cost(names, args.rounds)
         print(f"deciding whether to arm, {names} tensors + 1 module: {per_cell:.1f} µs per cell")
