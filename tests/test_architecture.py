@@ -26,7 +26,7 @@ PAGE = ROOT / "docs" / "architecture.md"
 #: comm, and that never import torch themselves (only use it once the user has imported it)
 PURE_CORE = {
     "objects", "records", "scan", "moves", "diagnose", "devices", "names", "units", "trace",
-    "memory", "viewmodel", "protocol", "render",
+    "memory", "viewmodel", "protocol", "render", "firstinit",
     "app",  # the controller: above the core, below the IPython layer, free of both
 }  # fmt: skip
 #: thin layers over the core that may import IPython / ipywidgets / traitlets / comm

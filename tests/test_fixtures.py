@@ -57,7 +57,19 @@ def build(name, monkeypatch):
         inventory = tdm.scan(basic_namespace(), include_hidden=True)
         return protocol.snapshot(inventory, seq=3, targets=targets, default_target="meta")
     inventory = tdm.scan(mixed_namespace())
-    return protocol.snapshot(inventory, seq=7, targets=targets, default_target="meta")
+    return protocol.snapshot(
+        inventory, seq=7, targets=targets, default_target="meta", device_notes=DEVICE_NOTES
+    )
+
+
+#: what the header says of an initialised CUDA device (the sidebar draws these lines as sent)
+DEVICE_NOTES = (
+    "CUDA was first initialised by cell [3], line 2: model = model.cuda()",
+    "cuda:0: 6.5 GiB used of 80.0 GiB (what nvidia-smi shows) = 256.0 MiB in your variables + "
+    "768.0 MiB in tensors held outside them (%devices --holders) + 5.0 GiB cached by PyTorch's "
+    "allocator (torch.cuda.empty_cache() returns it) + 512.0 MiB this process's CUDA context "
+    "and other processes",
+)
 
 
 def delta_sequence():
@@ -153,6 +165,7 @@ def test_generated_fixtures_cover_what_the_sidebar_must_show(monkeypatch):
     mixed = build("view_mixed", monkeypatch)
     assert mixed["header"]["warnings"] == ["model spans cpu, meta"]
     assert {bar["device"] for bar in mixed["header"]["bars"]} == {"cpu", "meta"}
+    assert mixed["header"]["device_notes"] == list(DEVICE_NOTES)
 
 
 def test_delta_fixture_is_what_the_kernel_produces():

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
-from . import protocol, viewmodel
+from . import devices, protocol, viewmodel
+from .firstinit import FirstInit, InitSite, fork_error_advice
 from .memory import HolderList, Timeline, device_figures, follow, shell_references
 from .scan import Inventory, Scanner, orphan_warning
 from .trace import MetaCallCheck
@@ -106,6 +107,8 @@ class DeviceController:
         self._views: weakref.WeakSet[Any] = weakref.WeakSet()
         self._listeners: list[Listener] = []
         self._warned: set[tuple[Any, ...]] = set()
+        #: where the accelerator was first initialised (noted after each cell)
+        self.first_init = FirstInit()
         #: the always-on check of modules with meta tensors called with real inputs
         self.meta_calls = MetaCallCheck()
 
@@ -192,7 +195,34 @@ class DeviceController:
             last_undoable=self.last_undoable,
             busy=busy,
             counts=counts,
+            device_notes=self.device_notes(inventory),
         )
+
+    def device_notes(
+        self, inventory: Inventory | None = None, processes: bool = False
+    ) -> list[str]:
+        """Where the accelerator was first initialised, and, for each CUDA device this process
+        uses, what its used memory is made of (``processes``: ask NVML for the other
+        processes too). Never initialises a device."""
+        notes = self.first_init.lines()
+        if "torch" not in sys.modules or not devices.is_initialized("cuda"):
+            return notes
+        totals = (inventory if inventory is not None else self.current_inventory()).totals()
+        for index in range(devices.device_count("cuda")):
+            figures = devices.usage_figures(f"cuda:{index}", processes)
+            if figures is not None:
+                in_variables = totals.get(f"cuda:{index}", 0)
+                notes.append(viewmodel.used_memory_text(f"cuda:{index}", figures, in_variables))
+        return notes
+
+    def note_first_init(self, cell: int | None) -> list[InitSite]:
+        """After a cell: the device types first found initialised (usually none)."""
+        return self.first_init.after_cell(cell)
+
+    def explain_fork_error(self, error: BaseException) -> str | None:
+        """For a fork / notebook_launcher "initialized before" error: the cell that first
+        initialised the device, and the fixes (None for other errors)."""
+        return fork_error_advice(error, self.first_init.sites)
 
     # -- moves, shared by the widget, the sidebar, the fix button and %%devicecheck --to ----
     def move(

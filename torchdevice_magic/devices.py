@@ -20,6 +20,8 @@ Works without ``torch.accelerator`` (torch < 2.6) through a small fallback over 
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -122,6 +124,49 @@ def is_initialized(device_type: str) -> bool:
         return bool(check()) if check is not None else False
     except Exception:
         return False
+
+
+@dataclass(frozen=True, slots=True)
+class UsageFigures:
+    """What an initialised CUDA device's used memory is made of, as the driver and PyTorch's
+    allocator report it: what ``nvidia-smi`` shows as used is ``total - free``."""
+
+    total: int  # the device's memory (mem_get_info)
+    free: int  # what the driver says is free (mem_get_info)
+    reserved: int  # what PyTorch's caching allocator holds (memory_reserved)
+    allocated: int  # of that, what tensors occupy now (memory_allocated)
+    #: (pid, bytes) of each process using the device (list_gpu_processes, through NVML), this
+    #: one included; None where it cannot be read (no pynvml, another platform)
+    processes: tuple[tuple[int, int], ...] | None = None
+    pid: int = 0  # this process
+
+
+_PROCESS_LINE = re.compile(r"process\s+(\d+)\s+uses\s+([\d.]+)\s+MB GPU memory")
+
+
+def usage_figures(device: str, processes: bool = False) -> UsageFigures | None:
+    """The driver's and the allocator's figures for a CUDA device this process has already
+    initialised and used (never initialises it, nor opens a context on another GPU: None
+    otherwise, and for other device types). ``processes``: also ask NVML who uses it."""
+    kind = device.partition(":")[0]
+    if kind != "cuda" or not is_initialized(kind):
+        return None
+    cuda = _torch().cuda
+    index = _index(device)
+    try:
+        reserved, allocated = cuda.memory_reserved(index), cuda.memory_allocated(index)
+        if not reserved and index != cuda.current_device():
+            return None  # mem_get_info would open a CUDA context on a GPU this process never used
+        free, total = cuda.mem_get_info(index)
+    except Exception:
+        return None
+    found = None
+    with contextlib.suppress(Exception):  # NVML is optional (pynvml / nvidia-ml-py)
+        printout = str(cuda.list_gpu_processes(index)) if processes else ""
+        listed = _PROCESS_LINE.findall(printout)
+        if processes and (listed or "no processes are running" in printout):
+            found = tuple((int(pid), int(float(mb) * 1024 * 1024)) for pid, mb in listed)
+    return UsageFigures(int(total), int(free), int(reserved), int(allocated), found, os.getpid())
 
 
 def _index(device: Any) -> int:

@@ -78,6 +78,7 @@ STRUCTS: dict[str, dict[str, str]] = {
         "message": "str",
         "bars": "list[DeviceBar]",
         "totals_note": "str",
+        "device_notes": "list[str]",
         "warnings": "list[str]",
         "targets": "list[Target]",
         "target": "str?",
@@ -416,13 +417,14 @@ def snapshot(
     default_target: str | None = None,
     spec: WindowSpec | None = None,
     seq: int = 1,
+    device_notes: Any = (),
     **_ignored: Any,
 ) -> dict[str, Any]:
     """A whole ``view`` message for an Inventory (``Inventory.to_json``, fixtures, tests)."""
     from .viewmodel import Target, header, window
 
     targets = [t if isinstance(t, Target) else Target(**t) for t in targets]
-    top = header(inventory, targets, default_target=default_target)
+    top = header(inventory, targets, default_target=default_target, device_notes=device_notes)
     records = inventory.records if inventory.torch_imported else []
     shown = window(records, spec or WindowSpec(), top.target)
     return envelope(

@@ -7,6 +7,7 @@ Everything user-derived (names, type names, notes) is HTML-escaped.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
@@ -39,6 +40,7 @@ class Table:
         as_of: int | None = None,
         title: str = "Devices",
         limit: int = MAX_RENDERED_ROWS,
+        device_notes: Sequence[str] = (),
     ) -> None:
         targets = tuple(targets)
         spec = viewmodel.WindowSpec(limit=limit)
@@ -48,7 +50,11 @@ class Table:
         target = viewmodel.choose_target(targets, None, default_target)
         self.window: Window = live.reset(inventory, spec, target)
         self.header: Header = viewmodel.header(
-            inventory, targets, default_target=default_target, counts=live.counts
+            inventory,
+            targets,
+            default_target=default_target,
+            counts=live.counts,
+            device_notes=device_notes,
         )
         self.as_of = as_of
         self.title = title
@@ -78,6 +84,7 @@ def text(header: Header, window: Window, as_of: int | None = None, title: str = 
     lines = [f"{title}{' (' + stamp + ')' if stamp else ''} — {totals_line(header)}"]
     if header.totals_note:
         lines.append(header.totals_note)
+    lines += list(header.device_notes)
     lines += [f"warning: {w}" for w in header.warnings]
     for row in rows:
         cells = []
@@ -126,6 +133,8 @@ def html(header: Header, window: Window, as_of: int | None = None, title: str = 
     ]
     if header.totals_note:
         parts.append(f'<p style="color:#6b7280;font-size:12px">{escape(header.totals_note)}</p>')
+    for note in header.device_notes:
+        parts.append(f'<p style="color:#6b7280;font-size:12px">{escape(note)}</p>')
     for warning in header.warnings:
         parts.append(f'<p style="color:#b45309">⚠ {escape(warning)}</p>')
     parts.append(f'<table style="{_TABLE_CSS}"><thead><tr>')

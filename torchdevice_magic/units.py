@@ -24,9 +24,10 @@ def format_bytes(size: int | float) -> str:
 
 
 def device_sort_key(device: str) -> tuple[int, str, int]:
-    """cpu first, then accelerators by type and index (cuda:2 before cuda:10), meta last."""
+    """cpu first, then accelerators by type and index (cuda:2 before cuda:10), then meta, then
+    "disk" (accelerate's disk-offloaded weights: files, not a device)."""
     kind, _, index = device.partition(":")
-    rank = 0 if kind == "cpu" else 2 if kind == "meta" else 1
+    rank = 0 if kind == "cpu" else 2 if kind == "meta" else 3 if kind == "disk" else 1
     return (rank, kind, int(index) if index.isdigit() else -1)
 
 

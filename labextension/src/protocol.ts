@@ -54,6 +54,7 @@ export interface IHeader {
   message: string;
   bars: IDeviceBar[];
   totals_note: string;
+  device_notes: string[];
   warnings: string[];
   targets: ITarget[];
   target: string | null;
@@ -235,6 +236,7 @@ export const SCHEMA = {
       "message": "str",
       "bars": "list[DeviceBar]",
       "totals_note": "str",
+      "device_notes": "list[str]",
       "warnings": "list[str]",
       "targets": "list[Target]",
       "target": "str?",

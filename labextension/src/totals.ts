@@ -41,6 +41,10 @@ export function drawTotals(node: HTMLElement, header: IHeader): void {
   const note = el('div', `${CLASS}-totalsNote`, header.totals_note);
   note.hidden = header.totals_note === '';
   fragment.append(note);
+  // facts about the devices (where CUDA was first initialised, what its used memory is made of)
+  for (const line of header.device_notes) {
+    fragment.append(el('div', `${CLASS}-deviceNote`, line));
+  }
   node.replaceChildren(fragment);
 }
 

@@ -180,6 +180,15 @@ def test_out_of_memory_explained(nb):
     assert "lists `Out[N]` with `%devices --release 0`" in claim
 
 
+def test_offloaded_weights_are_shown_where_they_are(nb):
+    assert "parameters on meta ; output (1, 256)" in text(nb, "offload")
+    (row,) = [line for line in text(nb, "offload-devices").splitlines() if "offloaded" in line]
+    assert row.split()[:3] == ["offloaded", "Sequential", "cpu"]
+    assert "514.0 KiB" in row and "meta" not in row
+    assert "offloaded: cpu 514.0 KiB; accelerate's hooks own its placement" in row
+    assert "`offloaded: cpu 514.0 KiB`" in markdown(nb, "offload-md")
+
+
 def test_the_whole_timeline_and_what_is_left(nb):
     timeline = text(nb, "timeline")
     for freed in ("-4.0 MiB", "-8.0 MiB", "-16.0 MiB"):

@@ -15,7 +15,7 @@ Kind, TorchTypes``; ``objects.walk(...)``): :mod:`.kinds` (``Kind``, ``TorchType
 ``kind_of``, ``instance_dict``), :mod:`.walker` (``children``, ``label``, ``walk``,
 ``structure``, ``signature``, the walk's limits), :mod:`.putback` (``is_mutable``,
 ``set_child``, ``rebuilt``), :mod:`.storage` (``add_storages``, ``StorageKey``,
-``Storages``), :mod:`.modules` (``module_parts``, ``accelerate_dispatch``),
+``Storages``), :mod:`.modules` (``module_parts``), :mod:`.offload` (``accelerate_dispatch``),
 :mod:`.optimizers` (``optimizer_params``, ``optimizer_state_tensors``).
 
 API (for the scanner and the mover)
@@ -97,7 +97,8 @@ from .kinds import (
     kind_of,
     kind_of_type,
 )
-from .modules import Dispatch, ModuleParts, accelerate_dispatch, module_parts
+from .modules import ModuleParts, module_parts
+from .offload import Dispatch, accelerate_dispatch
 from .optimizers import optimizer_params, optimizer_state_tensors
 from .putback import is_mutable, rebuilt, set_child
 from .storage import (

@@ -231,6 +231,8 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
     may_be_dispatched = _may_be_dispatched(submodules)
     # per-record bytes count each storage once (tied weights, parameters sharing a storage)
     pending = None
+    dispatch = None
+    offload_note = ""
     if not parts.extra and not may_be_dispatched:
         every_device = param_devices + buffer_devices + grad_devices
         pending = _one_device_module(T, params, buffers, grads, every_device)
@@ -256,6 +258,12 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
             else:  # packed weights: unpacked on request, keyed by their packed holder
                 packed_key = (device, *key)
                 param_storages[packed_key] = (device, tensor.untyped_storage().nbytes())
+        if may_be_dispatched:
+            dispatch = objects.accelerate_dispatch(T, name, submodules)
+        if dispatch is not None:
+            offload_note = _place_offloaded(T, dispatch, param_storages, buffer_storages)
+            param_devices = [device for device, _ in param_storages.values()]
+            buffer_devices = [device for device, _ in buffer_storages.values()]
         for key in param_storages:
             buffer_storages.pop(key, None)
         param_bytes = bytes_by_device(param_storages)
@@ -269,31 +277,11 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
     device_set = set(param_devices) | set(buffer_devices)
     notes: list[str] = []
     movable, movable_reason = True, ""
-    dispatch = None
-    if may_be_dispatched:
-        dispatch = objects.accelerate_dispatch(T, name, submodules)
     if dispatch is not None:
-        offloaded: Storages = {}
-        for _, tensor in dispatch.weights:
-            device = T.device_name(tensor.device)
-            objects.add_storages(T, tensor, device, offloaded)
-        for key in storages:
-            offloaded.pop(key, None)
-        storages.update(offloaded)
-        for device, nbytes in bytes_by_device(offloaded).items():
-            device_set.add(device)
-            param_bytes[device] = param_bytes.get(device, 0) + nbytes
-        offloaded_bytes = sum(bytes_by_device(offloaded).values())
-        note = f"accelerate: {len(dispatch.weights)} weights held by its hooks"
-        note += f" ({format_bytes(offloaded_bytes)})"
-        if dispatch.on_disk:
-            note += f", {dispatch.on_disk} on disk (not counted)"
-        notes.append(note)
+        notes.append(offload_note)
         movable, movable_reason = False, dispatch.reason
     meta_params = "meta" in param_devices
     devices = tuple(sorted(device_set, key=device_sort_key))
-    if dispatch is not None:
-        devices = tuple(d for d in devices if d != "meta") or devices
     mixed = len(devices) > 1 and dispatch is None
     if mixed:
         notes.insert(0, f"spans {', '.join(devices)}")
@@ -336,6 +324,37 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
         entry._pending = [(pending[0], combined)]
     entry.tensor_ids = tuple(map(id, chain(params, buffers)))
     return entry
+
+
+def _place_offloaded(
+    T: TorchTypes, dispatch: objects.Dispatch, params: Storages, buffers: Storages
+) -> str:
+    """Count an accelerate-dispatched model's weights where its hooks keep them: the meta
+    tensors a hook holds the weights of leave ``params``/``buffers`` (they are not missing
+    data), the weights held in memory come in under their device, the disk-offloaded ones
+    under ``"disk"`` (memory-mapped files, not RAM). Returns the note that says where, and who
+    decides."""
+    standing_in: Storages = {}
+    for tensor in dispatch.held:
+        objects.add_storages(T, tensor, "meta", standing_in)
+    for key in standing_in:
+        params.pop(key, None)
+        buffers.pop(key, None)
+    in_memory: Storages = {}
+    for _, tensor in dispatch.weights:
+        objects.add_storages(T, tensor, T.device_name(tensor.device), in_memory)
+    for key in chain(params, buffers):
+        in_memory.pop(key, None)
+    params.update(in_memory)
+    params.update({key: ("disk", nbytes) for key, nbytes in dispatch.disk.items()})
+    places = [
+        f"{device} {format_bytes(nbytes)}"
+        for device, nbytes in sorted(bytes_by_device(in_memory).items())
+    ]
+    if dispatch.disk:
+        places.append(f"disk {format_bytes(sum(dispatch.disk.values()))} (memory-mapped)")
+    owner = "accelerate's hooks own its placement"
+    return f"offloaded: {', '.join(places)}; {owner}" if places else owner
 
 
 _dict_of = attrgetter("__dict__")

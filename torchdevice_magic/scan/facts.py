@@ -295,7 +295,17 @@ def bytes_by_device(
     """{device: bytes} of ``storages`` (each counted once): the one rule for bytes per
     device, used by the scan and by the memory accounting. Meta storages occupy nothing: the
     meta device is listed at 0 bytes (the devices an inventory's objects are on), or left out
-    with ``list_meta=False`` (an account of memory in use: holders, the per-cell timeline)."""
+    with ``list_meta=False`` (an account of memory in use: holders, the per-cell timeline),
+    which also leaves out ``"disk"`` (accelerate's memory-mapped offload files, not memory)."""
+    by_device = _sum_by_device(storages, list_meta)
+    if not list_meta and "disk" in by_device:
+        del by_device["disk"]
+    return by_device
+
+
+def _sum_by_device(
+    storages: Mapping[StorageKey, tuple[str, int]], list_meta: bool
+) -> dict[str, int]:
     values = storages.values()
     if len(values) < 16:  # small: a plain loop beats building columns
         by_device: dict[str, int] = {}

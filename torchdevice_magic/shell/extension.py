@@ -34,6 +34,7 @@ def load(shell: Any) -> DeviceSession:
     shell.events.register("pre_run_cell", session.pre_run_cell)
     shell.events.register("post_run_cell", session.post_run_cell)
     session.install_exception_handler()
+    session.app.first_init.start()  # what is initialised already, and the line recorder
     if session.config not in shell.configurables:
         shell.configurables.append(session.config)
     session.channel = SidebarChannel(
@@ -55,6 +56,7 @@ def unload(shell: Any) -> None:
     with contextlib.suppress(ValueError):
         shell.events.unregister("pre_run_cell", session.pre_run_cell)
     session.remove_exception_handler()
+    session.app.first_init.stop()
     session.app.meta_calls.disarm()
     for kind, names in MAGIC_NAMES.items():
         for name in names:

@@ -132,6 +132,7 @@ class DeviceSession:
             or getattr(self.shell, "execution_count", 0)
             or 0
         )
+        app.note_first_init(number)
         for warning in app.record_memory(number, names, inventory, self._peak_from_cell_start):
             print(f"⚠ torchdevice_magic: {warning}", file=sys.stderr)
         explained = error is not None and error is self._explained
@@ -143,14 +144,17 @@ class DeviceSession:
             and not self.suppress_auto_diagnosis
             # a device mismatch is explained by .diagnose; an out-of-memory error by .memory
             and self.show_diagnosis(error, cell, cell_id=getattr(info, "cell_id", None)) is None
+            and self.show_oom(error) is None
         ):
-            self.show_oom(error)
+            advice = app.explain_fork_error(error)  # notebook_launcher / fork after CUDA init
+            if advice is not None:
+                self.publish({"text/plain": f"torchdevice_magic: {advice}"})
         # a failed cell's error is explained; %%devicecheck explains meta mixes itself
-        explained = getattr(result, "error_in_exec", None) is not None or bool(
+        told_elsewhere = getattr(result, "error_in_exec", None) is not None or bool(
             self.suppress_auto_diagnosis
         )
         check = self.config.check_meta_calls
-        for warning in app.meta_call_warnings(inventory, check, explained):
+        for warning in app.meta_call_warnings(inventory, check, told_elsewhere):
             print(f"⚠ torchdevice_magic: {warning}", file=sys.stderr)
         if self.config.warn_on_mixed:
             for warning in app.new_mixed_warnings(inventory):

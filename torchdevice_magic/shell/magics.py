@@ -233,6 +233,7 @@ class DeviceMagics(Magics):
             default_target=app.default_target(),
             as_of=self.session.cell_number(),
             title=title,
+            device_notes=app.device_notes(inventory, processes=True),
         )
 
     def _move_before_running(self, read: list[str], device: str) -> None:

@@ -264,10 +264,9 @@ class DeviceTotals:
             children.append(box)
         if tuple(self.box.children) != tuple(children):
             self.box.children = children
-        self.note.value = (
-            f'<span style="{MUTED_STYLE}">{escape(header.totals_note)}</span>'
-            if header.totals_note
-            else ""
+        notes = [note for note in (header.totals_note, *header.device_notes) if note]
+        self.note.value = "<br>".join(
+            f'<span style="{MUTED_STYLE}">{escape(note)}</span>' for note in notes
         )
         if header.warnings:
             lines = "<br>".join(f"⚠ {escape(w)}" for w in header.warnings)

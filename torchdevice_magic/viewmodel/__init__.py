@@ -13,7 +13,8 @@ ipywidgets table and the JupyterLab sidebar only draw what this module computes:
 
 Its parts: :mod:`.rows` (rows and sort keys), :mod:`.header` (totals, targets, buttons),
 :mod:`.windows` (specs, windows, deltas), :mod:`.live` (:class:`LiveWindow`), :mod:`.timeline`
-(the memory chart's label and tooltips). Everything is importable from here.
+(the memory chart's label and tooltips), :mod:`.usage` (what an accelerator's used memory is
+made of). Everything is importable from here.
 
 :class:`LiveWindow` keeps one window of a changing namespace up to date and says what changed
 (:func:`apply_delta` on the previous window gives exactly a fresh window; a property test
@@ -61,6 +62,7 @@ from .rows import (
     status_text,
 )
 from .timeline import change_text, held_label, point_tooltip, timeline_texts
+from .usage import used_memory_text
 from .windows import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -123,6 +125,7 @@ __all__ = [
     "totals_note",
     "unavailable",
     "undo_action",
+    "used_memory_text",
     "window",
     "with_spec",
 ]

@@ -53,7 +53,7 @@ def device_bars(inventory: Any) -> list[DeviceBar]:
         rows = [_CpuTotal(device, nbytes) for device, nbytes in totals.items()]
     else:
         rows = inventory.device_totals()
-    relative = [t.bytes for t in rows if t.capacity is None and t.device != "meta"]
+    relative = [t.bytes for t in rows if t.capacity is None and t.device not in ("meta", "disk")]
     largest = max(relative, default=0) or 1
     bars = []
     for total in rows:
@@ -63,6 +63,10 @@ def device_bars(inventory: Any) -> list[DeviceBar]:
                     "meta", 0, f"0 B (meta; needs {format_bytes(total.would_need_bytes)})", 0.0
                 )
             )
+            continue
+        if total.device == "disk":  # accelerate's offload files: apart from RAM, no bar
+            text = f"{format_bytes(total.bytes)} (memory-mapped offload files, not in RAM)"
+            bars.append(DeviceBar("disk", total.bytes, text, 0.0))
             continue
         if total.capacity:
             text = f"{format_bytes(total.bytes)} of {format_bytes(total.capacity)}"
@@ -205,6 +209,9 @@ class Header:
     move_selected: Action
     undo: Action
     refresh: Action
+    #: facts about the devices themselves, one line each: where the accelerator was first
+    #: initialised, what its used memory is made of
+    device_notes: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -212,6 +219,7 @@ class Header:
             "message": self.message,
             "bars": [b.to_wire() for b in self.bars],
             "totals_note": self.totals_note,
+            "device_notes": list(self.device_notes),
             "warnings": list(self.warnings),
             "targets": [t.to_wire() for t in self.targets],
             "target": self.target,
@@ -272,6 +280,7 @@ def header(
     last_undoable: bool = True,
     busy: bool = False,
     counts: Tally | None = None,
+    device_notes: Sequence[str] = (),
 ) -> Header:
     targets = tuple(targets)
     chosen = choose_target(targets, target, default_target)
@@ -327,6 +336,7 @@ def header(
         move_selected=move_selected,
         undo=undo,
         refresh=refresh,
+        device_notes=tuple(device_notes) if inventory.torch_imported else (),
     )
 
 

@@ -84,6 +84,8 @@ describe.each(fixtureNames())('%s', name => {
       view.header.bars.map(b => b.text)
     );
     expect(text(h.panel, '.jp-TorchDevices-totalsNote')).toBe(view.header.totals_note);
+    const notes = Array.from(h.panel.node.querySelectorAll('.jp-TorchDevices-deviceNote'));
+    expect(notes.map(n => n.textContent)).toEqual(view.header.device_notes);
     const moveAll = q<HTMLButtonElement>(h.panel.node, 'button.jp-TorchDevices-moveAll');
     expect(moveAll.textContent).toBe(view.header.buttons.move_all.label);
     expect(moveAll.disabled).toBe(!view.header.buttons.move_all.enabled);
