@@ -190,3 +190,28 @@ def test_devicecheck_explains_a_bias_free_linear_on_meta_giving_numbers(ip) -> N
     result, printed, shown = run_in(ip, "%%devicecheck --quiet\ny = model(x)")
     assert result.success and "Meta mixed" not in printed + shown
     assert "Device mismatch" not in shown
+
+
+def test_the_guard_changes_no_result_and_comes_off_when_the_cell_raises() -> None:
+    source = cell(
+        """
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU())
+        out = model(x).sum(dim=0)
+        out.sum().backward()
+        grad = model[0].weight.grad.clone()
+        """
+    )
+    plain = namespace()
+    exec(compile(source, "<cell>", "exec"), plain)
+    guarded = dict(namespace(), x=plain["x"])
+    with MetaMixGuard(guarded, source=source) as guard:
+        exec(compile(source, "<cell>", "exec"), guarded)
+    assert guard.meta_mix() is None
+    assert torch.equal(plain["out"], guarded["out"]) and torch.equal(plain["grad"], guarded["grad"])
+
+    failing = "y = x + w.t()[:2]"  # torch refuses this one: its error is the news
+    guard = MetaMixGuard(namespace(), source=failing)
+    with pytest.raises(RuntimeError, match="is not on the expected device"), guard:
+        exec(compile(failing, "<cell>", "exec"), guard.namespace)
+    assert guard.meta_mix() is None and no_modes_left()
