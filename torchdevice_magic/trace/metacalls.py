@@ -5,7 +5,7 @@ told after the cell.
 torch 2.x CPU, and raises nothing. :class:`MetaCallCheck` is a global forward pre-hook
 (``torch.nn.modules.module.register_module_forward_pre_hook``) that looks at the module's own
 parameters and buffers and at its positional inputs. Any global hook sends every module call
-of the process down ``Module._call_impl``'s slow path (about 1.7 µs a call measured by
+of the process down ``Module._call_impl``'s slow path (1.5 – 3.4 µs a call measured by
 ``benchmarks/meta_calls.py``, over the 1 µs budget), so the hook is armed only while the
 namespace holds a module with meta tensors (:meth:`MetaCallCheck.arm_for`, given the
 inventory's ``meta_module_records()``): a session without one pays nothing.
