@@ -14,7 +14,8 @@ call of each, and the check's own share (armed - empty). The controller arms the
 while the namespace holds a module with meta tensors, so a session without one pays nothing;
 the cost of deciding after a cell (``arm_for`` over the inventory's module records) is printed
 per cell for namespaces of 1,000 and 100,000 tensors, and the cost of ``%%devicecheck``'s
-``MetaMixGuard`` (a dispatch mode) as guarded / unguarded ratios on small ops and on matmuls.
+``MetaMixGuard`` (a dispatch mode) as guarded / unguarded ratios on small ops and on matmuls,
+and what the registration hooks of ``MetaCallCheck.watch`` add to building a module.
 Times are the thread's CPU time (``time.thread_time``): on a shared machine the time the
 process waits for a core is not counted.
 
@@ -112,6 +113,29 @@ def _guard_ratio(rounds: int) -> tuple[float, float]:
     return statistics.median(ratios["small"]), statistics.median(ratios["matmul"])
 
 
+def _watch_cost(rounds: int) -> tuple[float, float]:
+    """Building a ``Linear(64, 64)`` (two tensors registered) without and with the registration
+    hooks of ``MetaCallCheck.watch``, microseconds (medians)."""
+    import torch
+
+    from torchdevice_magic.trace import MetaCallCheck
+
+    def build() -> float:
+        start = time.thread_time()
+        for _ in range(300):
+            torch.nn.Linear(64, 64)
+        return (time.thread_time() - start) / 300 * 1e6
+
+    check = MetaCallCheck()
+    plain, watched = [], []
+    for _ in range(rounds):
+        plain.append(build())
+        check.watch()
+        watched.append(build())
+        check.stop()
+    return statistics.median(plain), statistics.median(watched)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
@@ -145,6 +169,8 @@ def main() -> None:
     print(
         f"%%devicecheck's meta-mix guard: 1,000 small ops x{small:.2f}, 512x512 matmuls x{matmul:.2f}"
     )
+    plain, watched = _watch_cost(args.rounds)
+    print(f"building a Linear(64, 64): {plain:.1f} µs, watched for meta tensors {watched:.1f} µs")
     for names in (1000, 100000):
         per_cell = _arm_for_cost(names, args.rounds)
         print(f"deciding whether to arm, {names} tensors + 1 module: {per_cell:.1f} µs per cell")

@@ -393,9 +393,10 @@ class DeviceController:
         calls = self.meta_calls.take(self.namespace)
         found = [] if explained_elsewhere else [call.warning() for call in calls]
         if check:
+            self.meta_calls.watch()
             self.meta_calls.arm_for(inventory.meta_module_records())
         else:
-            self.meta_calls.disarm()
+            self.meta_calls.stop()
         return found
 
     def new_mixed_warnings(self, inventory: Inventory) -> list[str]:

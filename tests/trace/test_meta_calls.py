@@ -139,6 +139,21 @@ def test_the_shell_warns_after_the_cell_and_unload_removes_the_hook(ip) -> None:
     assert meta_call_check_armed()  # armed again: a module with meta tensors is in the namespace
     ip.run_line_magic("unload_ext", "torchdevice_magic")
     assert not meta_call_check_armed()
+    module_hooks = torch.nn.modules.module
+    assert not module_hooks._global_parameter_registration_hooks
+    assert not module_hooks._global_buffer_registration_hooks
+
+
+def test_a_model_built_on_meta_and_called_in_the_same_cell_is_caught(ip) -> None:
+    run_in(ip, "import torch\nx = torch.randn(2, 3)")
+    assert not meta_call_check_armed()  # watching registrations costs no module call
+    printed = run_in(
+        ip,
+        "with torch.device('meta'):\n    fresh = torch.nn.Linear(3, 4, bias=False)\ny = fresh(x)",
+    )
+    assert "fresh (Linear) was called with a tensor on cpu while its weight is on meta" in printed
+    run_in(ip, "del fresh")
+    assert not meta_call_check_armed()  # no module with meta tensors left: disarmed
 
 
 def test_after_to_empty_the_hook_goes_away(ip) -> None:

@@ -30,8 +30,8 @@ class TorchDeviceMagic(Configurable):
         True,
         help="Warn after a cell that called a module holding meta parameters or buffers with "
         "real inputs (torch raises nothing; the output holds no real values). Armed only "
-        "while the namespace holds a module with meta tensors (its global forward pre-hook "
-        "costs about 2 µs per module call while armed; nothing otherwise).",
+        "from the moment a module registers a meta tensor until none is left (its global "
+        "forward pre-hook costs about 2 µs per module call while armed; nothing otherwise).",
     ).tag(config=True)
     default_device = Unicode(
         "",

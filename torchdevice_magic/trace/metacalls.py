@@ -8,7 +8,9 @@ parameters and buffers and at its positional inputs. Any global hook sends every
 of the process down ``Module._call_impl``'s slow path (1.5 – 3.4 µs a call measured by
 ``benchmarks/meta_calls.py``, over the 1 µs budget), so the hook is armed only while the
 namespace holds a module with meta tensors (:meth:`MetaCallCheck.arm_for`, given the
-inventory's ``meta_module_records()``): a session without one pays nothing.
+inventory's ``meta_module_records()``, after each cell), or from the moment a module registers a
+meta parameter or buffer (:meth:`MetaCallCheck.watch`: hooks that run on registration, never on
+a call): a session without one pays nothing per module call.
 
 Not a mix: a module whose weights an accelerate hook puts in place before its forward
 (``_hf_hook``: ``cpu_offload``, ``disk_offload``, a ``device_map`` dispatch), meta inputs
@@ -66,12 +68,14 @@ class MetaCallCheck:
     """The forward pre-hook and what it caught since :meth:`take` was last called.
 
     ``arm_for(meta_modules)`` registers the hook while an inventory holds a module with meta
-    tensors (and removes it when none does); :meth:`disarm` removes it for good (unloading). The hook never
+    tensors (and removes it when none does); :meth:`watch` arms it as soon as a module
+    registers a meta tensor; :meth:`stop` removes every hook (unloading). The hook never
     raises into the user's forward, keeps modules only until :meth:`take`, and never holds a
     reference to a parameter."""
 
     def __init__(self) -> None:
         self._handle: Any = None
+        self._watching: list[Any] = []
         self._caught: dict[int, tuple[Any, tuple[str, ...], tuple[str, ...]]] = {}
         self.internal_errors = 0
 
@@ -89,6 +93,33 @@ class MetaCallCheck:
         handle, self._handle = self._handle, None
         if handle is not None:
             handle.remove()
+
+    def watch(self) -> None:
+        """Arm as soon as a meta parameter or buffer is registered on any module (once torch is
+        imported; idempotent): a model built on meta and called in the same cell is caught.
+        These hooks run only when a module registers a tensor, never on a call."""
+        if self._watching or "torch" not in sys.modules:
+            return
+        hooks = sys.modules["torch"].nn.modules.module
+        self._watching = [
+            hooks.register_module_parameter_registration_hook(self.registered),
+            hooks.register_module_buffer_registration_hook(self.registered),
+        ]
+
+    def stop(self) -> None:
+        """Remove every hook (unloading)."""
+        self.disarm()
+        watching, self._watching = self._watching, []
+        for handle in watching:
+            handle.remove()
+
+    def registered(self, module: Any, name: str, tensor: Any) -> None:
+        """A module registered a parameter or buffer: arm when it is on meta."""
+        try:
+            if self._handle is None and tensor is not None and tensor.is_meta:
+                self.arm()
+        except Exception:  # never into the user's module construction
+            self.internal_errors += 1
 
     def arm_for(self, meta_modules: Any) -> None:
         """Armed exactly while ``meta_modules`` (an inventory's records of modules holding
