@@ -25,7 +25,7 @@ PAGE = ROOT / "docs" / "architecture.md"
 #: top-level modules and subpackages that must work without IPython, ipywidgets, traitlets or
 #: comm, and that never import torch themselves (only use it once the user has imported it)
 PURE_CORE = {
-    "objects", "records", "scan", "moves", "diagnose", "devices", "names", "units", "trace",
+    "objects", "records", "scan", "moves", "diagnose", "devices", "ranks", "names", "units", "trace",
     "memory", "viewmodel", "protocol", "render", "firstinit",
     "app",  # the controller: above the core, below the IPython layer, free of both
 }  # fmt: skip

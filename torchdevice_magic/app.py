@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
-from . import devices, protocol, viewmodel
+from . import devices, protocol, ranks, viewmodel
 from .firstinit import FirstInit, InitSite, fork_error_advice
 from .memory import HolderList, Timeline, device_figures, follow, shell_references
 from .scan import Inventory, Scanner, orphan_warning
@@ -327,9 +327,13 @@ class DeviceController:
         target: str | None = None,
         target_reason: str = "as asked",
     ) -> Any:
-        """The diagnosis of a device-mismatch error raised by ``cell`` (None for others)."""
-        from .diagnose import diagnose
+        """The diagnosis of a device-mismatch error raised by ``cell`` (None for others); for
+        an error from ipyparallel engines, what the engines themselves explained."""
+        from .diagnose import diagnose, engine_diagnoses
 
+        remote = engine_diagnoses(error)
+        if remote is not None:
+            return remote
         return diagnose(
             error,
             self.namespace,
@@ -416,7 +420,7 @@ class DeviceController:
                 found.append(f"{record.name}: {record.note}")
             else:
                 found.append(f"{record.name} ({record.type}) spans {', '.join(record.devices)}")
-        return found
+        return found + ranks.new_rank_warnings(inventory, self._warned)
 
 
 class ControllerGone(RuntimeError):

@@ -15,6 +15,21 @@ initialise or poison fork and are not called while inspecting. A move *to* a dev
 anyway; only then is ``get_memory_info`` asked (:func:`free_bytes`).
 
 Works without ``torch.accelerator`` (torch < 2.6) through a small fallback over torch.cuda/mps/xpu.
+
+A rank of a distributed job has a device of its own. A process is a rank when a launcher says so
+(``LOCAL_RANK``, which ``torchrun`` and most launchers set) or when it joined a
+``torch.distributed`` process group (as ipyparallel engines do from a ``%%px`` cell). Its own
+device, first rule that applies (:func:`own_device_index`):
+
+1. the device the default process group is bound to (``init_process_group(device_id=...)``);
+2. ``LOCAL_RANK`` (the rank on this machine), when the machine has that many devices;
+3. the group rank modulo the device count (ranks numbered machine by machine: what a group
+   started without a launcher, such as one across ipyparallel engines, has to go on);
+4. otherwise (not a rank) the current device, as for any other process.
+
+An accelerator named without an index ("Move all to cuda") and :func:`best_device` mean that
+device: never every rank on ``cuda:0``. ``torch.distributed`` is asked only when the user's code
+already imported it.
 """
 
 from __future__ import annotations
@@ -274,7 +289,7 @@ def resolve_device(device: Any, allow_meta: bool) -> Any:
     if count == 0:
         raise DeviceError(f"{kind} is built in but no device is visible")
     if index is None:
-        index = _current_index(kind)
+        index = own_index(kind, count)
     if index >= count:
         seen = ", ".join(f"{kind}:{i}" for i in range(count))
         raise DeviceError(f"{kind}:{index} does not exist; this kernel sees {seen}")
@@ -290,6 +305,13 @@ def _current_index(kind: str) -> int:
         return int(module.current_device())
     except Exception:
         return 0
+
+
+def own_index(kind: str, count: int) -> int:
+    """This process's own device index among ``count`` devices of ``kind``: a rank's local
+    device (the rule in this module's docstring), else the current device: what "Move all to
+    cuda" means here."""
+    return own_device_index(rank_info(), count, _current_index(kind))
 
 
 def full_device_name(name: str) -> str:
@@ -313,10 +335,12 @@ def same_device(a: str, b: str) -> bool:
 
 
 def best_device() -> str:
-    """The accelerator's current device if this kernel has one, else cpu."""
+    """The accelerator's device this process should use if it has one (a rank's own local
+    device, else the current device), else cpu."""
     kind = accelerator_type()
-    if kind is not None and device_count(kind):
-        return f"{kind}:{_current_index(kind)}"
+    count = device_count(kind) if kind is not None else 0
+    if kind is not None and count:
+        return f"{kind}:{own_index(kind, count)}"
     return "cpu"
 
 
@@ -353,3 +377,66 @@ def _host_available() -> int | None:
     except OSError:
         pass
     return None
+
+
+# --------------------------------------------------------------------------------------------
+# A rank's own device
+
+LOCAL_RANK_VARIABLE = "LOCAL_RANK"
+
+
+@dataclass(frozen=True, slots=True)
+class RankInfo:
+    """What this process knows about its place in a distributed job."""
+
+    #: rank in the default process group (None without one)
+    rank: int | None
+    #: processes in the default process group (None without one)
+    world_size: int | None
+    #: ``LOCAL_RANK`` as the launcher set it (None when unset or not a number)
+    local_rank: int | None
+    #: the device index the default process group is bound to (None when unbound)
+    bound_index: int | None = None
+
+    @property
+    def is_rank(self) -> bool:
+        return self.rank is not None or self.local_rank is not None
+
+    def label(self) -> str:
+        """``rank 1 of 2`` (or ``local rank 1`` from the launcher alone)."""
+        if self.rank is not None:
+            return f"rank {self.rank} of {self.world_size}"
+        return f"local rank {self.local_rank}"
+
+
+def rank_info(environ: Any = None) -> RankInfo:
+    """This process's :class:`RankInfo`, from ``environ`` (default ``os.environ``) and the
+    default process group when ``torch.distributed`` is imported and initialised."""
+    environ = os.environ if environ is None else environ
+    local = environ.get(LOCAL_RANK_VARIABLE)
+    local_rank = int(local) if local is not None and local.strip().isdigit() else None
+    rank = world = bound = None
+    distributed = sys.modules.get("torch.distributed")
+    try:
+        if distributed is not None and distributed.is_available() and distributed.is_initialized():
+            rank, world = int(distributed.get_rank()), int(distributed.get_world_size())
+            device = getattr(distributed.group.WORLD, "bound_device_id", None)
+            if device is not None and device.index is not None:
+                bound = int(device.index)
+    except Exception:  # a group being torn down, or a torch without these calls
+        rank = world = bound = None
+    return RankInfo(rank, world, local_rank, bound)
+
+
+def own_device_index(info: RankInfo, count: int, current: int) -> int:
+    """The device index this process should use among ``count`` devices of its accelerator
+    (``current``: the current device, what a process that is no rank uses)."""
+    if count <= 0:
+        return current
+    if info.bound_index is not None and info.bound_index < count:
+        return info.bound_index
+    if info.local_rank is not None and info.local_rank < count:
+        return info.local_rank
+    if info.rank is not None:
+        return info.rank % count
+    return current

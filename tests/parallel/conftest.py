@@ -1,6 +1,7 @@
 """A real ipyparallel cluster for the engine tests: two engines started once per test session
 (``ipp.Cluster(n=2)``, as ipyparallel's own docs start one), each with the simulated
-accelerator registered and the extension loaded, stopped at the end of the session."""
+accelerator registered (two devices, simdev:0 and simdev:1) and the extension loaded, stopped at
+the end of the session."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 ENGINES = 2
+SIMULATED_DEVICES = 2
 # engines are separate processes: the simulated accelerator is registered there by this cell
 ENGINE_SETUP = (
     "from torchdevice_magic.testing import simulated_accelerator\n"
@@ -31,7 +33,15 @@ def cluster() -> Iterator[Any]:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [root, *filter(None, [os.environ.get("PYTHONPATH")])]
     )
-    running = ipp.Cluster(n=ENGINES, log_level=40)
+    # two simulated devices on every engine (read when the setup cell registers it), so that
+    # ranks have a device each; only the engines' environment, not this process's
+    from traitlets.config import Config
+
+    from torchdevice_magic.testing import DEVICES_VARIABLE
+
+    environment = {DEVICES_VARIABLE: str(SIMULATED_DEVICES)}
+    config = Config({"LocalEngineSetLauncher": {"environment": environment}})
+    running = ipp.Cluster(n=ENGINES, log_level=40, config=config)
     client = running.start_and_connect_sync()
     try:
         client.wait_for_engines(ENGINES, timeout=60)

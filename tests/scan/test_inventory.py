@@ -275,7 +275,7 @@ def test_dtensor_reports_local_shard_and_placements():
         dtensor = distribute_tensor(torch.ones(8, 4), mesh, [Shard(0)])
         record = tdm.scan({"d": dtensor}).records[0]
         assert record.type == "DTensor" and record.bytes == 128
-        assert record.note == "DTensor local shard; placements Shard(0)"
+        assert record.note == "DTensor shard 0 of 1 (Shard(0)); global 8×4, 128 B"
     finally:
         if started:
             dist.destroy_process_group()

@@ -22,6 +22,8 @@ Modules in the order data flows through them:
 - :mod:`.explain`    :class:`Diagnosis` and its text/HTML rendering
 - :mod:`.fixes`      one statement per mover; notes, the one-click move
 - :mod:`.core`       :func:`diagnose`: the steps above in order
+- :mod:`.remote`     diagnoses ipyparallel engines made, read back in the client from the
+  errors they came in (:func:`engine_diagnoses`), equal ones merged
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from .core import diagnose
 from .explain import Culprit, Diagnosis, FixLine, MoveAction
 from .frames import collapse_library_frames, is_user_filename
 from .messages import find_match, parse_message
+from .remote import ENGINE_INFO_KEY, EngineDiagnoses, EngineFinding, engine_diagnoses, failing_line
 from .rules import RULES
 from .schema import Destination, MessageMatch, Movers, Rule
 from .vocabulary import dtype_of, normalize_device
@@ -39,12 +42,14 @@ from .wrappers import (
     CellRun,
     ShownErrors,
     Wrapper,
+    traceback_cell,
     unwrap_run,
     user_code,
     wrapped_cell,
 )
 
 __all__ = [
+    "ENGINE_INFO_KEY",
     "RULES",
     "WRAPPERS",
     "Cell",
@@ -52,6 +57,8 @@ __all__ = [
     "Culprit",
     "Destination",
     "Diagnosis",
+    "EngineDiagnoses",
+    "EngineFinding",
     "FixLine",
     "MessageMatch",
     "MoveAction",
@@ -62,11 +69,14 @@ __all__ = [
     "collapse_library_frames",
     "diagnose",
     "dtype_of",
+    "engine_diagnoses",
+    "failing_line",
     "find_match",
     "is_user_filename",
     "normalize_device",
     "parse_cell",
     "parse_message",
+    "traceback_cell",
     "unwrap_run",
     "user_code",
     "wrapped_cell",

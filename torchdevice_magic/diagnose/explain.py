@@ -101,6 +101,9 @@ class Diagnosis:
     why_no_fix: str = ""
     #: The fix as a move the move engine can apply (the one-click button), or None
     action: MoveAction | None = None
+    #: where the error happened when that is not the user's own kernel: ``"engine 0"``,
+    #: ``"engines 0, 1 (ranks 0, 1 on node7)"`` (ipyparallel engines); "" for this kernel
+    origin: str = ""
 
     # -- rendering -------------------------------------------------------------------------
 
@@ -114,7 +117,7 @@ class Diagnosis:
         return f" in {self.operator}{argument}"
 
     def _headline(self) -> str:
-        return "Device mismatch"
+        return f"Device mismatch on {self.origin}" if self.origin else "Device mismatch"
 
     def summary(self) -> str:
         """The first line: who is on which device."""
@@ -208,7 +211,38 @@ class Diagnosis:
             "safe": self.safe,
             "why_no_fix": self.why_no_fix,
             "action": self.action.to_dict() if self.action is not None else None,
+            "origin": self.origin,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Diagnosis:
+        """The diagnosis :meth:`to_dict` wrote (sent from another process: an ipyparallel
+        engine). The rule's match is not carried: nothing shown is read from it."""
+        action = data.get("action")
+        return cls(
+            message=str(data["message"]),
+            kind=str(data["kind"]),
+            devices=tuple(data.get("devices", ())),
+            argument=data.get("argument"),
+            operator=data.get("operator"),
+            culprits=[
+                Culprit(**{**c, "devices": tuple(c.get("devices", ()))})
+                for c in data.get("culprits", ())
+            ],
+            fix=str(data.get("fix", "")),
+            note=str(data.get("note", "")),
+            target=data.get("target"),
+            fix_lines=[FixLine(**line) for line in data.get("fix_lines", ())],
+            reason=str(data.get("reason", "")),
+            safe=bool(data.get("safe", True)),
+            why_no_fix=str(data.get("why_no_fix", "")),
+            action=(
+                MoveAction(tuple(action["names"]), str(action["device"]))
+                if isinstance(action, dict)
+                else None
+            ),
+            origin=str(data.get("origin", "")),
+        )
 
 
 _FIX_STYLE = "white-space:pre-wrap;word-break:normal;overflow-wrap:normal"

@@ -33,6 +33,7 @@ __all__ = [
     "CellRun",
     "ShownErrors",
     "Wrapper",
+    "traceback_cell",
     "unwrap_run",
     "user_code",
     "wrapped_cell",
@@ -173,6 +174,22 @@ def _cell_frames(err: BaseException, chain: list[BaseException]) -> list[tuple[A
     return []
 
 
+def traceback_cell(err: BaseException) -> str:
+    """The source of the cell that raised ``err``, read back from where the shell compiled it
+    (IPython caches every cell's code in ``linecache`` under its cell file name): the cell of
+    the outermost cell frame on the traceback, or "" where there is none (code run by
+    ``exec``, a function called by an ipyparallel ``apply``). A silent run (ipyparallel's
+    ``execute``, ``run_cell(silent=True)``) fires no ``pre_run_cell`` hook, so this is the only
+    place its source can be read from."""
+    frames = _cell_frames(err, [])
+    if not frames:
+        return ""
+    try:
+        return "".join(linecache.getlines(frames[0][0].f_code.co_filename))
+    except Exception:
+        return ""
+
+
 def unwrap_run(
     err: BaseException,
     chain: list[BaseException],
@@ -284,10 +301,15 @@ def _namespace_of(frame: Any, namespace: Mapping[str, Any] | None) -> Mapping[st
 class ShownErrors:
     """The error a magic caught and showed itself: ``%run`` shows the script's traceback and
     the cell ends without an error. IPython records every error it shows as
-    ``sys.last_value``; one that appeared since the last cell ended is new. Only its ``id`` is
+    ``sys.last_value``; one that appeared since the cell started is new. Only its ``id`` is
     kept here, so no traceback (and no tensor its frames hold) is kept alive."""
 
     def __init__(self) -> None:
+        self._last = id(getattr(sys, "last_value", None))
+
+    def cell_started(self) -> None:
+        """Errors shown before this cell (between cells: an ipyparallel engine's ``apply``
+        shows its error with no cell around it) are not this cell's."""
         self._last = id(getattr(sys, "last_value", None))
 
     def error_of(self, result: Any) -> BaseException | None:

@@ -35,6 +35,7 @@ from .facts import (
     _TensorFacts,
     bytes_by_device,
 )
+from .shards import sharded_module_note
 
 # --------------------------------------------------------------------------------------------
 # What one top-level name produced
@@ -291,6 +292,9 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
     if parts.uninitialized:
         shown = ", ".join(parts.uninitialized[:3]) + ("..." if len(parts.uninitialized) > 3 else "")
         notes.append(f"uninitialized lazy parameters: {shown}")
+    sharded = sharded_module_note(params)
+    if sharded:
+        notes.append(sharded)
     if pending is None:
         by_device = bytes_by_device(storages)
         needed = _needed_bytes(storages)

@@ -20,6 +20,7 @@ from .. import objects
 from ..objects import StorageKey, Storages, TorchTypes
 from ..records import Record
 from ..units import device_sort_key
+from .shards import dtensor_note
 
 # --------------------------------------------------------------------------------------------
 # Facts about tensors
@@ -208,10 +209,7 @@ def _special_note(tensor: Any, tp: type) -> str:
         if tp.__name__ == "FunctionalTensor" or "Fake" in tp.__name__:
             return "fake tensor (no data)"
         if tp.__name__ == "DTensor":
-            placements = getattr(tensor, "placements", ())
-            return "DTensor local shard; placements " + ", ".join(
-                type(p).__name__ + _placement_dim(p) for p in placements
-            )
+            return dtensor_note(tensor)
         layout = tensor.layout
         if str(layout) != "torch.strided":
             return str(layout).removeprefix("torch.")
@@ -222,11 +220,6 @@ def _special_note(tensor: Any, tp: type) -> str:
     except Exception:
         return "unusual tensor"
     return ""
-
-
-def _placement_dim(placement: Any) -> str:
-    dim = getattr(placement, "dim", None)
-    return f"({dim})" if isinstance(dim, int) else ""
 
 
 def _dtensor_local(tensor: Any) -> Any:

@@ -26,6 +26,7 @@ def load(shell: Any) -> DeviceSession:
     if session is not None:
         return session
     from .comm import SidebarChannel
+    from .engine import engine_replies, widgets_render
     from .magics import DeviceMagics
 
     session = DeviceSession(shell)
@@ -37,10 +38,10 @@ def load(shell: Any) -> DeviceSession:
     session.app.first_init.start()  # what is initialised already, and the line recorder
     if session.config not in shell.configurables:
         shell.configurables.append(session.config)
-    session.channel = SidebarChannel(
-        session.app, announce=getattr(shell, "kernel", None) is not None
-    )
+    # an ipyparallel engine has no sidebar of its own to announce to
+    session.channel = SidebarChannel(session.app, announce=widgets_render(shell))
     session.channel.register()
+    session.engine = engine_replies(shell)
     return session
 
 
@@ -70,6 +71,8 @@ def unload(shell: Any) -> None:
         shell.configurables.remove(session.config)
     if session.channel is not None:
         session.channel.unregister()
+    if session.engine is not None:
+        session.engine.remove()
     delattr(shell, _SESSION_ATTRIBUTE)
 
 

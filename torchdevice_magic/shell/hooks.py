@@ -18,12 +18,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..app import DeviceController
-from ..diagnose import ShownErrors, wrapped_cell
+from ..diagnose import ShownErrors, traceback_cell, wrapped_cell
 from ..memory import reset_peaks
 from .config import TorchDeviceMagic
+from .engine import widgets_render
 
 if TYPE_CHECKING:  # comm.py imports the ``comm`` package: loaded only by the extension
     from .comm import SidebarChannel
+    from .engine import EngineReplies
 
 log = logging.getLogger("torchdevice_magic")
 
@@ -51,7 +53,8 @@ class DeviceSession:
         ) = None
         #: the error the handler explained for %%devicecheck (the magic does not explain it twice)
         self.checked_error: BaseException | None = None
-        #: the running cell's ExecutionInfo (pre_run_cell): its source and cell id
+        #: the running cell's ExecutionInfo (pre_run_cell): its source and cell id; None between
+        #: cells and during a silent run (which fires no hooks)
         self.running: Any = None
         #: the error the custom exception handler already explained (not explained twice)
         self._explained: BaseException | None = None
@@ -65,6 +68,8 @@ class DeviceSession:
         self._outer_cell: Any = None
         #: the sidebar's comm channel (set by the extension)
         self.channel: SidebarChannel | None = None
+        #: on an ipyparallel engine: names the engine, sends the diagnosis with the error reply
+        self.engine: EngineReplies | None = None
         self._peak_from_cell_start = False
         self.config.observe(self._config_changed)
 
@@ -93,6 +98,7 @@ class DeviceSession:
         if self._cell_depth == 0:
             self._outer_display = getattr(self.shell, "display_pub", None)
             self._outer_cell = info
+            self.shown_errors.cell_started()
         self._cell_depth += 1
         self._peak_from_cell_start = False
         if "torch" not in sys.modules:
@@ -108,6 +114,10 @@ class DeviceSession:
     def post_run_cell(self, result: Any) -> None:
         """After every (non-silent) cell. Never raises into the user's session."""
         self._cell_depth = max(0, self._cell_depth - 1)
+        if self._cell_depth == 0:
+            # a silent run (ipyparallel's execute) fires no pre_run_cell: left here, this
+            # cell's source would explain that run's error
+            self.running = None
         if "torch" not in sys.modules:
             return  # nothing can hold a tensor yet, and we never import torch ourselves
         try:
@@ -180,6 +190,8 @@ class DeviceSession:
         from .fixbutton import settle_trial
 
         diagnosis = settle_trial(self.app, diagnosis, cell_id)  # a failed one-click move: undone
+        if self.engine is not None:
+            diagnosis = self.engine.named(diagnosis)
         # text for terminals and logs, escaped HTML where a notebook renders it; shown where
         # the outermost cell shows its output, as its traceback is (not into a %%capture)
         shell, inner = self.shell, getattr(self.shell, "display_pub", None)
@@ -191,7 +203,7 @@ class DeviceSession:
         finally:
             if outer is not None:
                 shell.display_pub = inner
-        if diagnosis.action is not None and getattr(self.shell, "kernel", None) is not None:
+        if diagnosis.action is not None and widgets_render(self.shell):
             from .fixbutton import fix_button
 
             # the button outlives %unload_ext in the output: it must not keep this session
@@ -265,6 +277,8 @@ class DeviceSession:
                 else:
                     running = self.running
                     cell = getattr(running, "raw_cell", None) or ""
+                    if running is None:  # a silent run: its code is where IPython cached it
+                        cell = traceback_cell(value)
                     if self._cell_depth > 1:  # %%capture's body: the user wrote the outer cell
                         outer = getattr(self._outer_cell, "raw_cell", None) or ""
                         if wrapped_cell(outer, cell) is outer:
@@ -279,7 +293,9 @@ class DeviceSession:
             except Exception:
                 log.exception("torchdevice_magic: explaining the error failed")
                 diagnosis = None
-        if diagnosis is None or self.config.show_full_traceback:
+        # an ipyparallel error renders the engines' own (already shortened) tracebacks
+        remote = hasattr(value, "_render_traceback_")
+        if diagnosis is None or self.config.show_full_traceback or remote:
             shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)
             return None
         keep_for_debugging(etype, value, tb)

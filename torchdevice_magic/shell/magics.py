@@ -352,5 +352,7 @@ class DeviceMagics(Magics):
 
 
 def _widgets_render(shell: Any) -> bool:
-    """Widgets need a Jupyter frontend (a kernel), not a terminal."""
-    return getattr(shell, "kernel", None) is not None
+    """Widgets need a Jupyter frontend (a kernel, not a terminal or an ipyparallel engine)."""
+    from .engine import widgets_render
+
+    return widgets_render(shell)

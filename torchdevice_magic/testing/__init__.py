@@ -2,6 +2,7 @@
 
     from torchdevice_magic.testing import simulated_accelerator
     device_type = simulated_accelerator()          # "simdev"
+    simulated_accelerator(devices=2)               # simdev:0 and simdev:1
 
 :mod:`.backend` is the PrivateUse1 backend itself; :mod:`.cuda_rules` holds the device rules it
 takes from CUDA (which mixes are allowed, and the message each operator family raises).
@@ -9,6 +10,6 @@ takes from CUDA (which mixes are allowed, and the message each operator family r
 
 from __future__ import annotations
 
-from .backend import DEVICE_TYPE, is_registered, simulated_accelerator
+from .backend import DEVICE_TYPE, DEVICES_VARIABLE, is_registered, simulated_accelerator
 
-__all__ = ["DEVICE_TYPE", "is_registered", "simulated_accelerator"]
+__all__ = ["DEVICES_VARIABLE", "DEVICE_TYPE", "is_registered", "simulated_accelerator"]

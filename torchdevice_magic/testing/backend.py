@@ -19,8 +19,20 @@ A wrapper's own strides are always contiguous (torch offers a Python backend no 
 storage-less tensor with other strides); operators only ever see the host values, which keep the
 real strides and aliasing, and fused optimizer kernels get contiguous copies.
 
+It has one device unless asked for more: ``simulated_accelerator(devices=2)``, or the environment
+variable ``TORCHDEVICE_MAGIC_SIMDEV_DEVICES=2`` read when it registers (an engine or a child
+process started with it set). Then ``simdev:0`` and ``simdev:1`` are different devices, as
+``cuda:0`` and ``cuda:1`` are: an operator mixing them raises CUDA's message ("found at least two
+devices, simdev:0 and simdev:1!"), copies between them keep values, and ``torch.simdev`` has
+``set_device``, ``current_device`` and the ``device(i)`` guard. A factory given ``"simdev"`` without
+an index (``torch.ones(2, device="simdev")``) uses the current device, as on CUDA; but C++'s
+``.to("simdev")`` and ``torch.accelerator``'s ``current_device_index`` / ``set_device_index`` ask
+torch's Python-backend device guard, which knows one device, and so mean ``simdev:0``; and a
+tensor torch makes in C++ without the fallback from one on ``simdev:1`` (``.data``, a tensor
+autograd saved) says ``simdev:0`` although its storage, which every operator here reads, says 1.
+
 What it does not have: pinned memory, memory statistics, streams, events or asynchrony (its
-``synchronize`` has nothing to wait for), a second device, DataParallel's scatter, cuDNN-only paths;
+``synchronize`` has nothing to wait for), DataParallel's scatter, cuDNN-only paths;
 ``data_ptr()`` is 0 (the values' storage is reachable through ``__tensor_flatten__``, which is how
 :mod:`torchdevice_magic.objects` keys its storages -- the same protocol any wrapper tensor has).
 
@@ -32,24 +44,56 @@ their kernel.
 
 from __future__ import annotations
 
+import os
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, SupportsIndex
 
 from .cuda_rules import accepts_cpu_scalars, device_error
 
 DEVICE_TYPE = "simdev"
+#: how many devices the simulated accelerator has, read when it registers (default 1)
+DEVICES_VARIABLE = "TORCHDEVICE_MAGIC_SIMDEV_DEVICES"
 
-_state: dict[str, Any] = {}
+_state: dict[str, Any] = {"count": 1, "current": 0}
 
 
-def simulated_accelerator() -> str:
+def simulated_accelerator(devices: int | None = None) -> str:
     """Register the simulated accelerator in this process (once) and return its device type.
 
+    ``devices``: how many devices it has (``simdev:0`` ... ``simdev:{devices-1}``); without it,
+    the environment variable ``TORCHDEVICE_MAGIC_SIMDEV_DEVICES`` at the first registration, else
+    one. Given again later, it changes the count (tensors already made keep their device).
+
     Raises ``RuntimeError`` with one line when this process already gave the PrivateUse1 backend
-    another name (another out-of-tree accelerator is registered).
+    another name (another out-of-tree accelerator is registered), ``ValueError`` for a count
+    that is not a whole number of at least one.
     """
-    if "device_type" in _state:
-        return _state["device_type"]
+    if devices is not None:
+        _state["count"] = _checked_count(devices, "devices")
+        if _state["current"] >= _state["count"]:
+            _state["current"] = 0  # the current device went with the devices taken away
+    elif "device_type" not in _state and os.environ.get(DEVICES_VARIABLE):
+        _state["count"] = _checked_count(os.environ[DEVICES_VARIABLE], DEVICES_VARIABLE)
+    if "device_type" not in _state:
+        _register()
+    if _state["count"] > 1:
+        _run_backward_on_the_calling_thread()
+    return DEVICE_TYPE
+
+
+def _run_backward_on_the_calling_thread() -> None:
+    """Autograd runs a device's backward on a thread of its own, one per device index torch's
+    device guard knows -- one for a Python backend -- and fails an internal assertion for
+    ``simdev:1``. With its multithreading off (per thread: the one that registered, a kernel's
+    and an engine's cell thread), every device's backward runs on the calling thread."""
+    import torch
+
+    torch._C._set_multithreading_enabled(False)
+
+
+def _register() -> None:
     import torch
 
     current = torch._C._get_privateuse1_backend_name()
@@ -69,8 +113,26 @@ def simulated_accelerator() -> str:
         views.impl(name, _view_kernel(name), "PrivateUse1")
     _state["libraries"] = (library, views)  # registrations live as long as the Library objects
     _state["device_type"] = DEVICE_TYPE
-    _state["device"] = torch.device(DEVICE_TYPE, 0)
-    return DEVICE_TYPE
+
+
+def _checked_count(value: Any, source: str) -> int:
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        count = 0
+    if count < 1 or isinstance(value, bool):
+        raise ValueError(f"{source} must be a whole number of devices, at least 1; got {value!r}")
+    return count
+
+
+def _checked_index(index: int | None) -> int:
+    """A device index as CUDA checks it: None means the current device; one past the last
+    device raises CUDA's "invalid device ordinal" (with this backend's name)."""
+    if index is None:
+        return int(_state["current"])
+    if not 0 <= index < _state["count"]:
+        raise RuntimeError(f"{DEVICE_TYPE} error: invalid device ordinal")
+    return index
 
 
 def _dispatch(op: Any, *args: Any, **kwargs: Any) -> Any:
@@ -124,7 +186,8 @@ def is_registered() -> bool:
 
 
 class _BackendModule:
-    """``torch.simdev``: what torch asks an accelerator's module for (one device, always ready)."""
+    """``torch.simdev``: what torch asks an accelerator's module for (always ready), and CUDA's
+    current-device calls (``set_device``, ``current_device``, the ``device(i)`` guard)."""
 
     @staticmethod
     def is_available() -> bool:
@@ -136,11 +199,26 @@ class _BackendModule:
 
     @staticmethod
     def device_count() -> int:
-        return 1
+        return int(_state["count"])
 
     @staticmethod
     def current_device() -> int:
-        return 0
+        return int(_state["current"])
+
+    @staticmethod
+    def set_device(device: Any) -> None:
+        _state["current"] = _index_of_device(device)
+
+    @staticmethod
+    @contextmanager
+    def device(device: Any) -> Iterator[None]:
+        """Make ``device`` the current device inside the block (``torch.cuda.device``)."""
+        previous = _state["current"]
+        _state["current"] = _index_of_device(device)
+        try:
+            yield
+        finally:
+            _state["current"] = previous
 
     @staticmethod
     def _is_in_bad_fork() -> bool:
@@ -153,6 +231,19 @@ class _BackendModule:
     @staticmethod
     def synchronize(device: Any = None) -> None:
         """Nothing to wait for: every operator already ran on the host when it returned."""
+
+
+def _index_of_device(device: Any) -> int:
+    """The index ``set_device`` and ``device(i)`` take: an int, ``"simdev:1"`` or a
+    ``torch.device`` of this backend (without an index: the current device)."""
+    import torch
+
+    if isinstance(device, int) and not isinstance(device, bool):
+        return _checked_index(device)
+    parsed = torch.device(device)
+    if parsed.type != DEVICE_TYPE:
+        raise ValueError(f"expected a {DEVICE_TYPE} device, got {parsed}")
+    return _checked_index(parsed.index)
 
 
 def _wrapper_class() -> type:
@@ -174,35 +265,40 @@ def _define_wrapper() -> type:
         __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]  # torch's documented way to turn it off
 
         @staticmethod
-        def __new__(cls, host: torch.Tensor) -> SimulatedTensor:
+        def __new__(cls, host: torch.Tensor, index: int = 0) -> SimulatedTensor:
             # A storage-less PrivateUse1 tensor with the host's shape and dtype. (Not
             # _make_wrapper_subclass: that needs __torch_dispatch__, which would route every
             # operator through Python dispatch instead of the PrivateUse1 fallback.) Its strides
             # are contiguous whatever the host's: operators only ever see the host.
             wrapper: Any = torch._C._acc.create_empty_tensor(tuple(host.shape), host.dtype)
-            wrapper.__class__ = cls
-            # The values hang on the wrapper's storage, not on the tensor object: torch keeps a
-            # storage's Python object (and so its attributes) alive exactly as long as the
-            # storage, and the tensors it makes in C++ without the fallback (``.data``, tensors
-            # autograd saves for backward, ``param.data = ...``) share that storage.
-            setattr(wrapper.untyped_storage(), "host", host)  # noqa: B010 - storages declare no such attribute
-            return wrapper
+            # The values (and the device index) hang on the wrapper's storage, not on the
+            # tensor object: torch keeps a storage's Python object (and so its attributes) alive
+            # exactly as long as the storage, and the tensors it makes in C++ without the
+            # fallback (``.data``, tensors autograd saves for backward, ``param.data = ...``)
+            # share that storage.
+            storage = wrapper.untyped_storage()
+            setattr(storage, "host", host)  # noqa: B010 - storages declare no such attribute
+            if index == 0:  # the index a storage without one has
+                wrapper.__class__ = cls
+                return wrapper
+            setattr(storage, "index", index)  # noqa: B010
+            return _on_other_device(wrapper, cls)
 
         @property
         def host(self) -> torch.Tensor:
             return _host_of(self)
 
-        def __init__(self, host: torch.Tensor) -> None:
+        def __init__(self, host: torch.Tensor, index: int = 0) -> None:
             pass
 
-        def __tensor_flatten__(self) -> tuple[list[str], None]:
-            return ["host"], None
+        def __tensor_flatten__(self) -> tuple[list[str], int]:
+            return ["host"], _index_of(self)
 
         @staticmethod
         def __tensor_unflatten__(
             inner: dict[str, torch.Tensor], context: Any, size: Any, stride: Any
         ) -> torch.Tensor:
-            return SimulatedTensor(inner["host"])
+            return SimulatedTensor(inner["host"], context or 0)
 
         def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]  # torch's stub names its keyword oddly
             # torch's repr would read through the fallback value by value; one copy to the host
@@ -216,17 +312,62 @@ def _define_wrapper() -> type:
         __str__ = __repr__
 
         def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
-            # pickling (torch.save, copy.deepcopy) keeps the values and the device
-            return (_rebuild, (self.host,))
+            # pickling (torch.save, copy.deepcopy) keeps the values and the device, as
+            # torch.load without map_location puts a cuda:1 tensor back on cuda:1
+            return (_rebuild, (self.host, _index_of(self)))
 
     # Tables and diagnoses show a tensor's type name; on a real accelerator it is "Tensor", and a
     # notebook on the simulated device should read the same ("SimulatedTensor" is plumbing).
-    SimulatedTensor.__name__ = SimulatedTensor.__qualname__ = "Tensor"
+    indexed = _define_indexed_wrapper(SimulatedTensor)
+    for wrapper_type in (SimulatedTensor, indexed):
+        wrapper_type.__name__ = wrapper_type.__qualname__ = "Tensor"
+    _state["indexed"] = indexed
     return SimulatedTensor
 
 
-def _rebuild(host: Any) -> Any:
-    return _wrapper_class()(host)
+def _define_indexed_wrapper(base: type) -> type:
+    import torch
+
+    class IndexedSimulatedTensor(base):  # type: ignore[misc]  # a class made at run time
+        """A tensor on a simulated device other than the first. The empty tensor torch makes
+        for a Python backend is always on device 0; this one's ``device`` is asked of Python
+        (torch's "python custom device" policy, which calls ``__torch_dispatch__`` with
+        ``prim.device`` only), and answers the index its storage carries."""
+
+        @classmethod
+        def __torch_dispatch__(
+            cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            if func is torch.ops.prim.device.default:
+                return torch.device(DEVICE_TYPE, _index_of(args[0]))
+            return NotImplemented  # never reached: these tensors carry no Python dispatch key
+
+    return IndexedSimulatedTensor
+
+
+def _on_other_device(empty: Any, cls: type) -> Any:
+    """``empty`` (device 0) remade with a device asked of Python. ``_make_subclass`` gives the
+    one tensor-creating call that sets that policy without the Python dispatch key -- when the
+    class it makes has no ``__torch_dispatch__`` of its own, hence ``cls`` first and the
+    subclass after. Its ``detach`` of ``empty`` runs in C++ (PrivateUse1 excluded), so no
+    second Python object claims the tensor."""
+    import torch
+
+    excluded = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
+    with torch._C._ExcludeDispatchKeyGuard(excluded):
+        wrapper: Any = torch.Tensor._make_subclass(cls, empty, dispatch_device=True)
+    wrapper.__class__ = _state["indexed"]
+    return wrapper
+
+
+def _index_of(tensor: Any) -> int:
+    """The simulated device index of a tensor on it, from its storage: right for the tensors
+    torch makes in C++ too, whose own ``device`` says 0."""
+    return int(getattr(tensor.untyped_storage(), "index", 0))
+
+
+def _rebuild(host: Any, index: int = 0) -> Any:
+    return _wrapper_class()(host, _checked_index(index) if index else 0)
 
 
 # Copies between devices mix devices by design; every other operator with tensors on the
@@ -272,22 +413,29 @@ class _Call:
     Arguments are walked directly (tensors, devices, and the lists/tuples aten takes), not with
     pytree: this runs for every operator and pytree was three quarters of its cost."""
 
-    __slots__ = ("devices", "cpu_scalars", "hosts", "host_args")
+    __slots__ = ("devices", "cpu_scalars", "hosts", "host_args", "index")
 
     def __init__(self) -> None:
         self.devices: set[Any] = set()  # the devices of the tensor arguments but CPU scalars
         self.cpu_scalars = False  # whether a 0-dim CPU tensor was passed
         self.hosts: dict[int, Any] = {}  # id(host values) -> the simulated tensor they back
         self.host_args: set[int] = set()  # ids of CPU tensors passed in
+        self.index: int | None = None  # the first simulated tensor argument's device index
 
     def unwrap(self, value: Any) -> Any:
         import torch
 
         if isinstance(value, torch.Tensor):
             if value.device.type == DEVICE_TYPE:
-                host = _host_of(value)
+                storage = value.untyped_storage()  # carries the values and the device index
+                host = getattr(storage, "host", None)
+                if host is None:
+                    host = _host_of(value)  # raises its one-line error
                 self.hosts[id(host)] = value
-                self.devices.add(value.device)
+                index = getattr(storage, "index", 0)
+                if self.index is None:
+                    self.index = index
+                self.devices.add((DEVICE_TYPE, index))
                 return host
             self.host_args.add(id(value))
             if value.device.type == "cpu" and value.dim() == 0:
@@ -366,24 +514,28 @@ def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
         _to_wrapper_coordinates(name, host_args, host_kwargs)
     if "pin_memory" in host_kwargs:
         host_kwargs["pin_memory"] = False  # no pinned memory here
+    # results live on the simulated device when asked for it (an index or the current
+    # device), or when computed from its tensors (their device)
+    index: int | None = call.index if call.index is not None else _state["current"]
     to_device = kwargs.get("device")
-    # results live on the simulated device when asked for it, or when computed from its tensors
-    wrap = torch.device(to_device).type == DEVICE_TYPE if to_device is not None else True
+    if to_device is not None:
+        target = torch.device(to_device)
+        index = _checked_index(target.index) if target.type == DEVICE_TYPE else None
     if name.startswith("aten::_fused_"):
         result = _call_fused(op, host_args, host_kwargs)
     else:
         result = op(*host_args, **host_kwargs)
-    return _rewrap(result, call, wrap)
+    return _rewrap(result, call, index)
 
 
-def _rewrap(value: Any, call: _Call, wrap: bool) -> Any:
+def _rewrap(value: Any, call: _Call, index: int | None) -> Any:
     import torch
 
     if isinstance(value, torch.Tensor):
         original = call.hosts.get(id(value))
         if original is not None:  # in-place and out= results are their input
             return original
-        if id(value) in call.host_args or not wrap or value.device.type != "cpu":
+        if id(value) in call.host_args or index is None or value.device.type != "cpu":
             return value
         if (
             not value.is_contiguous()
@@ -392,7 +544,7 @@ def _rewrap(value: Any, call: _Call, wrap: bool) -> Any:
             # A fresh result (no input's view) is made contiguous so that the wrapper's
             # contiguous strides are the truth: fused kernels read memory in that order.
             value = value.contiguous()
-        return _wrapper_class()(value)
+        return _wrapper_class()(value, index)
     if isinstance(value, (list, tuple)):
-        return type(value)(_rewrap(item, call, wrap) for item in value)
+        return type(value)(_rewrap(item, call, index) for item in value)
     return value

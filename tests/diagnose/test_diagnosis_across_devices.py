@@ -1,0 +1,58 @@
+"""Multi-GPU mistakes on CPU: with two simulated devices, a model on device 1 fed a batch on
+device 0 (every rank loading data onto ``cuda:0``) fails with CUDA's cross-device message, and
+the diagnosis names both culprits with the fix that moves the batch to the model's device."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import torchdevice_magic as tdm
+
+
+@pytest.fixture
+def two_devices(simulated_device: str) -> Iterator[str]:
+    from torchdevice_magic.testing import simulated_accelerator
+
+    kind = simulated_accelerator(devices=2)
+    try:
+        yield kind
+    finally:
+        simulated_accelerator(devices=1)
+
+
+@pytest.mark.simulated
+def test_a_batch_on_device_zero_for_a_model_on_device_one_is_explained(two_devices: str) -> None:
+    model = torch.nn.Linear(8, 4).to(f"{two_devices}:1")
+    x = torch.randn(2, 8, device=f"{two_devices}:0")
+    with pytest.raises(RuntimeError) as raised:
+        model(x)
+    assert f"mat1 is on {two_devices}:0, different from other tensors on {two_devices}:1" in str(
+        raised.value
+    )
+    diagnosis = tdm.diagnose(raised.value, {"model": model, "x": x}, "y = model(x)")
+    assert diagnosis is not None
+    assert diagnosis.text().splitlines() == [
+        f"Device mismatch: x (Tensor, 64 B) is on {two_devices}:0; model (Linear, 144 B) is on "
+        f"{two_devices}:1.",
+        f'Fix: x = x.to("{two_devices}:1")   # move the small thing to where the big thing is',
+    ]
+
+
+@pytest.mark.simulated
+def test_two_tensors_on_two_devices_are_explained(two_devices: str) -> None:
+    a = torch.ones(3, device=f"{two_devices}:1")
+    b = torch.ones(3, device=f"{two_devices}:0")
+    with pytest.raises(RuntimeError) as raised:
+        a + b
+    assert str(raised.value) == (
+        "Expected all tensors to be on the same device, but found at least two devices, "
+        f"{two_devices}:1 and {two_devices}:0!"
+    )
+    diagnosis = tdm.diagnose(raised.value, {"a": a, "b": b}, "c = a + b")
+    assert diagnosis is not None
+    text = diagnosis.text()
+    assert f"a (Tensor, 12 B) is on {two_devices}:1" in text
+    assert f"b (Tensor, 12 B) is on {two_devices}:0" in text

@@ -1,0 +1,146 @@
+"""Ranks on real engines: a gloo process group across the session's two ipyparallel engines
+(rank = the engine's place in the client's ids), each engine with two simulated devices.
+Each rank moves to its own device, rank 1 is warned about a tensor on device 0, and DTensor and
+FSDP2 rows say which shard each rank holds. The group is destroyed at the end."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.engines
+
+TIMEOUT = 90
+NAMES = ("_tdm_ranks_x", "_tdm_ranks_stray", "_tdm_ranks_mesh", "_tdm_ranks_d", "_tdm_ranks_model")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _on_every_rank(cluster: Any, code: str) -> list[Any]:
+    """Run ``code`` on every engine at once (a collective waits for all ranks), in rank order;
+    the AsyncResults, after each finished."""
+    pending = [cluster[engine].execute(code, block=False) for engine in cluster.ids]
+    for result in pending:
+        result.get(timeout=TIMEOUT)
+    return pending
+
+
+@pytest.fixture(scope="module")
+def ranks(cluster: Any) -> Iterator[Any]:
+    """The cluster's engines joined in one gloo process group, for this module's tests."""
+    port = _free_port()
+    pending = [
+        cluster[engine].execute(
+            "import torch.distributed as dist\n"
+            f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{port}',"
+            f" rank={rank}, world_size={len(cluster.ids)})\n",
+            block=False,
+        )
+        for rank, engine in enumerate(cluster.ids)
+    ]
+    for result in pending:
+        result.get(timeout=TIMEOUT)
+    try:
+        yield cluster
+    finally:
+        cleanup = "\n".join(f"globals().pop({name!r}, None)" for name in NAMES)
+        _on_every_rank(cluster, f"{cleanup}\ndist.destroy_process_group()\n")
+
+
+def test_each_rank_moves_to_its_own_device_not_all_to_device_zero(ranks: Any) -> None:
+    view = ranks[:]
+    view.block = True
+    view.execute(
+        "from torchdevice_magic import devices\n"
+        "from torchdevice_magic.shell.extension import get_session\n"
+        "import torchdevice_magic as tdm\n"
+        "_tdm_ranks_x = torch.ones(4)\n"
+        "_tdm_ranks_y = torch.ones(4)\n"
+        # what the table's "Move all" button does: the engine's controller, its default target
+        "_tdm_ranks_app = get_session(get_ipython()).app\n"
+        "_tdm_ranks_label = _tdm_ranks_app.header().move_all.label\n"
+        "_tdm_ranks_app.move(_tdm_ranks_app.default_target(), ['_tdm_ranks_x'])\n"
+        # the accelerator typed without an index
+        "tdm.move(globals(), 'simdev', ['_tdm_ranks_y'])\n"
+        "_tdm_ranks_seen = (dist.get_rank(), devices.best_device(), _tdm_ranks_label,"
+        " str(_tdm_ranks_x.device), str(_tdm_ranks_y.device))\n"
+        "del _tdm_ranks_app, _tdm_ranks_label, _tdm_ranks_x, _tdm_ranks_y\n"
+    )
+    assert view.pull("_tdm_ranks_seen") == [
+        (0, "simdev:0", "Move all to simdev:0", "simdev:0", "simdev:0"),
+        (1, "simdev:1", "Move all to simdev:1", "simdev:1", "simdev:1"),
+    ]
+    view.execute("del _tdm_ranks_seen")
+
+
+def test_rank_one_holding_a_tensor_on_device_zero_is_warned(ranks: Any) -> None:
+    # not silent, as %%px runs a cell: the extension's post-cell hook runs
+    stray = "_tdm_ranks_stray = torch.ones(2, device='simdev:0')"
+    results = [ranks[engine].execute(stray, block=False, silent=False) for engine in ranks.ids]
+    for result in results:
+        result.get(timeout=TIMEOUT)
+        result.wait_for_output(timeout=10)
+    rank_zero, rank_one = (result.stderr for result in results)
+    assert (
+        "⚠ torchdevice_magic: _tdm_ranks_stray (Tensor) is on simdev:0, but this process is "
+        "rank 1 of 2, whose device is simdev:1: move it with .to('simdev:1')"
+    ) in rank_one
+    assert "_tdm_ranks_stray" not in rank_zero  # rank 0's own device
+
+
+def test_dtensor_rows_say_which_shard_each_rank_holds(ranks: Any) -> None:
+    _on_every_rank(
+        ranks,
+        "from torch.distributed.device_mesh import init_device_mesh\n"
+        "from torch.distributed.tensor import Shard, distribute_tensor\n"
+        "import torchdevice_magic as tdm\n"
+        "from torchdevice_magic.viewmodel import make_row\n"
+        "_tdm_ranks_mesh = init_device_mesh('cpu', (2,))\n"
+        "_tdm_ranks_d = distribute_tensor(torch.ones(8, 4), _tdm_ranks_mesh, [Shard(0)])\n"
+        # the table's row: its size is this rank's piece, its status the shard and the whole
+        "_tdm_ranks_rows = [(make_row(r, None).status, make_row(r, None).size, r.shape)"
+        " for r in tdm.scan({'d': _tdm_ranks_d}).records]\n",
+    )
+    view = ranks[:]
+    view.block = True
+    assert view.pull("_tdm_ranks_rows") == [
+        [("DTensor shard 0 of 2 (Shard(0)); global 8×4, 128 B", "64 B", (8, 4))],
+        [("DTensor shard 1 of 2 (Shard(0)); global 8×4, 128 B", "64 B", (8, 4))],
+    ]
+    view.execute("del _tdm_ranks_rows")
+
+
+def test_fsdp2_modules_and_parameters_show_their_shards(ranks: Any) -> None:
+    # FSDP2 (fully_shard) runs on CPU with gloo: a forward and backward on both ranks
+    _on_every_rank(
+        ranks,
+        "from torch.distributed.fsdp import fully_shard\n"
+        "import torchdevice_magic as tdm\n"
+        "torch.manual_seed(0)\n"
+        "_tdm_ranks_model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(4, 2))\n"
+        "for _tdm_layer in _tdm_ranks_model:\n"
+        "    fully_shard(_tdm_layer, mesh=_tdm_ranks_mesh)\n"
+        "fully_shard(_tdm_ranks_model, mesh=_tdm_ranks_mesh)\n"
+        "_tdm_ranks_model(torch.ones(3, 8)).sum().backward()\n"
+        "_tdm_ranks_rows = {r.name: r.note for r in tdm.scan("
+        "{'model': _tdm_ranks_model, 'weight': _tdm_ranks_model[0].weight}).records}\n"
+        "del _tdm_layer\n",
+    )
+    view = ranks[:]
+    view.block = True
+    rows = view.pull("_tdm_ranks_rows")
+    for rank, notes in enumerate(rows):
+        # 8×4 + 4 + 4×2 + 2 float32 parameters: 184 B in all, half on each rank
+        assert notes["model"] == (
+            f"4 sharded parameters (DTensor), this rank's shard {rank} of 2 (Shard(0)); "
+            "global 184 B"
+        )
+        assert notes["weight"] == f"DTensor shard {rank} of 2 (Shard(0)); global 4×8, 128 B"
+    view.execute("del _tdm_ranks_rows")
