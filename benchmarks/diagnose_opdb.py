@@ -57,7 +57,7 @@ _DEVICE_WORDS = re.compile(r"device|cpu|cuda|meta|same GPU", re.IGNORECASE)
 # --------------------------------------------------------------------------------------------
 
 
-class _Case:
+class Case:
     """One call with its tensors bound to names: ``op(t0, t1, dim=a2)``."""
 
     def __init__(self, fn: Any, sample: Any, torch: Any) -> None:
@@ -98,7 +98,7 @@ class _Case:
 _CELL = [0]
 
 
-def _run(cell: str, ns: dict[str, Any]) -> BaseException | None:
+def run_cell(cell: str, ns: dict[str, Any]) -> BaseException | None:
     _CELL[0] += 1
     code = compile(cell, f"<ipython-input-{_CELL[0]}-bench>", "exec")
     try:
@@ -112,7 +112,7 @@ def _judge(
     group: str, op: str, cell: str, ns: dict[str, Any], culprit: str, device: str, diagnose: Any
 ) -> dict[str, Any]:
     started = time.perf_counter()
-    error = _run(cell, ns)
+    error = run_cell(cell, ns)
     ran = time.perf_counter() - started
     if error is None:
         return {"group": group, "op": op, "kind": "no_error"}
@@ -141,7 +141,7 @@ def _judge(
     return out
 
 
-def _pick_samples(op: Any, torch: Any, limit: int) -> list[Any]:
+def pick_samples(op: Any, torch: Any, limit: int) -> list[Any]:
     dtype = torch.float32
     try:
         if dtype not in op.supported_dtypes("cpu"):
@@ -157,7 +157,7 @@ def _pick_samples(op: Any, torch: Any, limit: int) -> list[Any]:
     except Exception:
         return []
     # prefer samples with at least two tensors (one can then be moved against the rest)
-    samples.sort(key=lambda s: -min(2, len(_Case(op.op, s, torch).tensors)))
+    samples.sort(key=lambda s: -min(2, len(Case(op.op, s, torch).tensors)))
     return samples[:limit]
 
 
@@ -165,11 +165,11 @@ def _op_items(op: Any, groups: set[str], sim: str | None, diagnose: Any) -> list
     import torch
 
     results: list[dict[str, Any]] = []
-    for sample in _pick_samples(op, torch, 1):
-        case = _Case(op.op, sample, torch)
+    for sample in pick_samples(op, torch, 1):
+        case = Case(op.op, sample, torch)
         if not case.tensors:
             continue
-        if _run(f"_r = {case.call}", case.namespace({})) is not None:
+        if run_cell(f"_r = {case.call}", case.namespace({})) is not None:
             continue  # the sample does not run even on one device
         for group in ("one", "all_but_one", "out", "fake_cuda", "simulated"):
             if group in groups:
@@ -182,18 +182,18 @@ def _op_items(op: Any, groups: set[str], sim: str | None, diagnose: Any) -> list
     return results
 
 
-def _all_on(case: _Case, device: str) -> dict[str, Any]:
+def all_on(case: Case, device: str) -> dict[str, Any]:
     return {n: case.values[n].to(device) for n in case.tensors}
 
 
-def _meta_runs(case: _Case) -> bool:
+def meta_runs(case: Case) -> bool:
     """The op runs with every tensor on meta: a mixed failure is then about the mix (ops with
     no meta kernel fail on meta alone and are not device-mismatch cases)."""
-    return _run(f"_r = {case.call}", case.namespace(_all_on(case, "meta"))) is None
+    return run_cell(f"_r = {case.call}", case.namespace(all_on(case, "meta"))) is None
 
 
-def _group_one(op: Any, case: _Case, sim: Any, diagnose: Any) -> list[dict[str, Any]]:
-    if not _meta_runs(case):
+def _group_one(op: Any, case: Case, sim: Any, diagnose: Any) -> list[dict[str, Any]]:
+    if not meta_runs(case):
         return [{"group": "one", "op": op.name, "kind": "no_meta_kernel"}]
     out = []
     for name in case.tensors[:3]:
@@ -202,10 +202,10 @@ def _group_one(op: Any, case: _Case, sim: Any, diagnose: Any) -> list[dict[str, 
     return out
 
 
-def _group_all_but_one(op: Any, case: _Case, sim: Any, diagnose: Any) -> list[dict[str, Any]]:
+def _group_all_but_one(op: Any, case: Case, sim: Any, diagnose: Any) -> list[dict[str, Any]]:
     if len(case.tensors) < 2:
         return []
-    if not _meta_runs(case):
+    if not meta_runs(case):
         return [{"group": "all_but_one", "op": op.name, "kind": "no_meta_kernel"}]
     out = []
     for keep in case.tensors[:2]:
@@ -215,13 +215,13 @@ def _group_all_but_one(op: Any, case: _Case, sim: Any, diagnose: Any) -> list[di
     return out
 
 
-def _group_out(op: Any, case: _Case, sim: Any, diagnose: Any) -> list[dict[str, Any]]:
+def _group_out(op: Any, case: Case, sim: Any, diagnose: Any) -> list[dict[str, Any]]:
     import torch
 
     if not op.supports_out:
         return []
     ns = case.namespace({})
-    _run(f"_r = {case.call}", ns)
+    run_cell(f"_r = {case.call}", ns)
     result = ns.get("_r")
     if not isinstance(result, torch.Tensor):
         return []
@@ -230,7 +230,7 @@ def _group_out(op: Any, case: _Case, sim: Any, diagnose: Any) -> list[dict[str, 
     return [_judge("out", op.name, cell, ns, "out", "meta", diagnose)]
 
 
-def _group_fake_cuda(op: Any, case: _Case, sim: Any, diagnose: Any) -> list[dict[str, Any]]:
+def _group_fake_cuda(op: Any, case: Case, sim: Any, diagnose: Any) -> list[dict[str, Any]]:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -238,7 +238,7 @@ def _group_fake_cuda(op: Any, case: _Case, sim: Any, diagnose: Any) -> list[dict
     with FakeTensorMode(allow_non_fake_inputs=False) as mode:
         fakes = {n: mode.from_tensor(case.values[n]) for n in case.tensors}
         all_cuda = {n: torch.empty_like(f, device="cuda") for n, f in fakes.items()}
-        if _run(f"_r = {case.call}", case.namespace(all_cuda)) is not None:
+        if run_cell(f"_r = {case.call}", case.namespace(all_cuda)) is not None:
             # this CPU build cannot fake the op on cuda alone (CUDA-only paths,
             # data-dependent outputs): not a mixed-device case
             return [{"group": "fake_cuda", "op": op.name, "kind": "no_fake_cuda"}]
@@ -247,10 +247,10 @@ def _group_fake_cuda(op: Any, case: _Case, sim: Any, diagnose: Any) -> list[dict
         return [_judge("fake_cuda", op.name, case.call, ns, name, "cuda", diagnose)]
 
 
-def _group_simulated(op: Any, case: _Case, sim: Any, diagnose: Any) -> list[dict[str, Any]]:
+def _group_simulated(op: Any, case: Case, sim: Any, diagnose: Any) -> list[dict[str, Any]]:
     if sim is None:
         return []
-    if _run(f"_r = {case.call}", case.namespace(_all_on(case, sim))) is not None:
+    if run_cell(f"_r = {case.call}", case.namespace(all_on(case, sim))) is not None:
         return [{"group": "simulated", "op": op.name, "kind": "no_sim_kernel"}]
     name = case.tensors[min(2, len(case.tensors) - 1)]
     moved = {name: case.values[name].to(sim)}
@@ -280,9 +280,9 @@ def _error_input_items(op: Any, diagnose: Any) -> list[dict[str, Any]]:
         return out
     for item in inputs:
         sample = item.sample_input
-        case = _Case(op.op, sample, torch)
+        case = Case(op.op, sample, torch)
         ns = case.namespace({})
-        error = _run(case.call, ns)
+        error = run_cell(case.call, ns)
         if error is None:
             continue
         regex = getattr(item, "error_regex", "") or ""
@@ -325,13 +325,13 @@ def _module_items(info: Any, diagnose: Any) -> list[dict[str, Any]]:
         sample.kwargs = dict(fwd.kwargs)
         if sample.input is None:
             continue
-        case = _Case(module, sample, torch)
+        case = Case(module, sample, torch)
         if not case.tensors:
             continue
         base = case.namespace({})
         base["m"] = module
         cell = case.call.replace("op(", "m(", 1)
-        if _run(f"_r = {cell}", base) is not None:
+        if run_cell(f"_r = {cell}", base) is not None:
             continue
         has_params = any(True for _ in torch.nn.Module.parameters(module)) or any(
             True for _ in torch.nn.Module.buffers(module)

@@ -27,6 +27,7 @@ from . import devices, protocol, ranks, viewmodel
 from .firstinit import FirstInit, InitSite, fork_error_advice
 from .memory import HolderList, Timeline, device_figures, follow, shell_references
 from .scan import Inventory, Scanner, orphan_warning
+from .trace import MetaCallCheck
 
 log = logging.getLogger("torchdevice_magic")
 
@@ -108,6 +109,8 @@ class DeviceController:
         self._warned: set[tuple[Any, ...]] = set()
         #: where the accelerator was first initialised (noted after each cell)
         self.first_init = FirstInit()
+        #: the always-on check of modules with meta tensors called with real inputs
+        self.meta_calls = MetaCallCheck()
 
     # -- scanning --------------------------------------------------------------------------
     def rescan(self, changed: tuple[str, ...] | list[str] = (), recheck: bool = True) -> Inventory:
@@ -384,6 +387,22 @@ class DeviceController:
         return protocol.timeline(rows, seq=self.seq, follows=follows)
 
     # -- warnings ----------------------------------------------------------------------------
+    def meta_call_warnings(
+        self, inventory: Inventory, check: bool = True, explained_elsewhere: bool = False
+    ) -> list[str]:
+        """Modules with meta tensors called with real inputs since the last cell (none when
+        ``explained_elsewhere``: the cell's error, or ``%%devicecheck``, says it); then the
+        check is armed while ``inventory`` holds a module with meta tensors (``check``: the
+        user's setting; off, the hook is removed). Cheap: only module records are read."""
+        calls = self.meta_calls.take(self.namespace)
+        found = [] if explained_elsewhere else [call.warning() for call in calls]
+        if check:
+            self.meta_calls.watch()
+            self.meta_calls.arm_for(inventory.meta_module_records())
+        else:
+            self.meta_calls.stop()
+        return found
+
     def new_mixed_warnings(self, inventory: Inventory) -> list[str]:
         """Orphaned optimizers and modules spanning devices not warned about before."""
         found = []

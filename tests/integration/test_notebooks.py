@@ -31,6 +31,7 @@ FAILING_CELLS = {
     "03_checkpoint.ipynb": {"error"},
     "04_tour.ipynb": set(),
     "06_real_reports.ipynb": {"loss-error", "scale-error"},
+    "07_meta.ipynb": set(),
     "08_engines.ipynb": {"error"},
 }
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -361,6 +362,38 @@ def test_06_real_reports(run_notebook):
     assert re.search(rf"^out: {device}", works, re.M), works
     assert "same value as on the CPU: True" in works
     assert "saved with the model: True" in works
+
+
+# -- 07: a bias-free Linear built on meta gives numbers, and is caught ----------------------------
+
+
+def test_07_meta(run_notebook):
+    nb = run_notebook("07_meta.ipynb")
+    silent = cell(nb, "silent")
+    assert stream(silent).strip() == "cpu (3, 2)"  # numbers, no error
+    warned = stream(silent, "stderr")
+    assert "model (Linear) was called with a tensor on cpu while its weight is on meta" in warned
+    assert 'model.to_empty(device="cpu") and load the weights' in warned
+
+    check = cell(nb, "check")
+    assert "Meta mixed with real data" in stream(check)
+    assert "line 1: mm mixed x (3×4) on cpu, model.weight (a view) (4×2) on meta" in stream(check)
+    assert "Device mismatch: model (Linear, 32 B) is on meta; x (Tensor, 48 B) is on cpu" in (
+        shown(check)
+    )
+    assert 'Fix: model.to_empty(device="cpu")' in shown(check)
+    traced = shown(cell(nb, "trace"))
+    assert traced.index("Meta mixed with real data") < traced.index("Device mismatch")
+
+    assert stream(cell(nb, "fix")).strip() == "cpu True"
+    clean = cell(nb, "clean")
+    assert "Meta mixed" not in stream(clean) and "Device mismatch" not in shown(clean)
+    offload = cell(nb, "offload")
+    assert "was called" not in stream(offload, "stderr")
+    if "accelerate is not installed" not in stream(offload):
+        assert "parameters on meta: True" in stream(offload)
+        assert "same output: True" in stream(offload)
+    assert stream(cell(nb, "device")).strip() == "True"
 
 
 # -- 08: two ipyparallel engines, one view of their devices -----------------------------------------

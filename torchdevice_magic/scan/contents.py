@@ -330,6 +330,21 @@ class _Contents:
                 mixed.extend(record for record in entry.records if record.mixed)
         return mixed
 
+    def meta_module_records(self) -> list[Record]:
+        """Modules holding meta tensors. Cheap, like :meth:`mixed_records`: only modules and
+        optimizers (always among the volatile names) are looked at."""
+        entries = self._entries
+        found: list[Record] = []
+        for name in self._volatile:
+            entry = entries.get(name)
+            if entry is not None and type(entry) is not _TensorFacts:
+                found.extend(
+                    record
+                    for record in entry.records
+                    if record.kind == "module" and "meta" in record.devices
+                )
+        return found
+
     def orphaned_optimizers(self) -> list[tuple[str, int, int]]:
         """(name, unreachable, total) for optimizers that update parameters no name here
         reaches: a model rebuilt (its cell re-run) after the optimizer was made, or moved to

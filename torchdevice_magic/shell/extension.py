@@ -54,6 +54,7 @@ def unload(shell: Any) -> None:
         shell.events.unregister("pre_run_cell", session.pre_run_cell)
     session.remove_exception_handler()
     session.app.first_init.stop()
+    session.app.meta_calls.stop()
     for kind, names in MAGIC_NAMES.items():
         for name in names:
             shell.magics_manager.magics[kind].pop(name, None)

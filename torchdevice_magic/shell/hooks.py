@@ -159,6 +159,13 @@ class DeviceSession:
             advice = app.explain_fork_error(error)  # notebook_launcher / fork after CUDA init
             if advice is not None:
                 self.publish({"text/plain": f"torchdevice_magic: {advice}"})
+        # a failed cell's error is explained; %%devicecheck explains meta mixes itself
+        told_elsewhere = getattr(result, "error_in_exec", None) is not None or bool(
+            self.suppress_auto_diagnosis
+        )
+        check = self.config.check_meta_calls
+        for warning in app.meta_call_warnings(inventory, check, told_elsewhere):
+            print(f"⚠ torchdevice_magic: {warning}", file=sys.stderr)
         if self.config.warn_on_mixed:
             for warning in app.new_mixed_warnings(inventory):
                 print(f"⚠ torchdevice_magic: {warning}", file=sys.stderr)

@@ -117,13 +117,15 @@ class DeviceMagics(Magics):
             why = "the configured default (TorchDeviceMagic.default_device)"
 
         tracer = self._tracer(cell) if args.trace else None
-        reported: list[bool] = []
+        # without --trace, a lean guard still catches meta tensors computing beside real ones
+        guard = self._meta_guard(cell) if tracer is None else None
+        reported: list[Any] = []
 
         def show_trace(error: BaseException | None) -> None:
             # the first divergence (line, module, variables) comes before the diagnosis
             if tracer is not None and not reported:
-                reported.append(True)
                 report = tracer.report(error)
+                reported.append(report)
                 session.publish({"text/plain": report.text(), "text/html": report._repr_html_()})
 
         session.suppress_auto_diagnosis += 1
@@ -131,7 +133,7 @@ class DeviceMagics(Magics):
         # short traceback
         session.checking, session.checked_error = (cell, fix_target, why, show_trace), None
         try:
-            with tracer if tracer is not None else contextlib.nullcontext():
+            with tracer or guard or contextlib.nullcontext():
                 # registered by load() on a shell: self.shell is never None here
                 result = self.shell.run_cell(cell, store_history=False)  # type: ignore[union-attr]
         finally:
@@ -154,6 +156,12 @@ class DeviceMagics(Magics):
             session.checked_error = None
             raise CellFailed(f"%%devicecheck: the cell failed with a {kind} (shown above)")
 
+        mix = reported[0].meta_mix if reported else guard.meta_mix() if guard else None
+        if mix is not None:
+            self._explain_meta_mix(mix, cell, fix_target, why, shown=bool(reported))
+            if args.strict:
+                raise MixedDevicesError(f"{mix.op} computed with a meta tensor beside a real one")
+
         used = inventory if args.all else inventory.subset(app.cell_names(cell))
         spans = sorted(
             {d for r in used.records if not r.hidden for d in r.devices}, key=device_sort_key
@@ -173,6 +181,27 @@ class DeviceMagics(Magics):
         from ..trace import Tracer
 
         return Tracer(self.session.namespace, source=cell, file_label=self._cell_label)
+
+    def _meta_guard(self, cell: str) -> Any:
+        if "torch" not in sys.modules:
+            return None
+        from ..trace import MetaMixGuard
+
+        return MetaMixGuard(self.session.namespace, source=cell, file_label=self._cell_label)
+
+    def _explain_meta_mix(
+        self, mix: Any, cell: str, target: str | None, why: str, shown: bool
+    ) -> None:
+        """A silent meta mix, explained like the device-mismatch error torch raises for the
+        mixes it refuses (the op and line first, unless the trace report said them)."""
+        from ..trace import MetaMixError
+
+        error = MetaMixError(mix)
+        if not shown:
+            print(f"⚠ {error.summary}")
+            if mix.source:
+                print(f"    {mix.source}")
+        self.session.show_diagnosis(error, cell, target=target, target_reason=why)
 
     def _cell_label(self, filename: str) -> str | None:
         """An earlier cell's code file as IPython's tracebacks show it: ``In[3]``."""

@@ -14,7 +14,10 @@ The parts: :mod:`.report` (the report's data, text and HTML), :mod:`.recorder` (
 ``trace``), :mod:`.modes` (the torch mode classes, built on first use, and the ``Recorder``
 protocol they report to), :mod:`.ops` (what the recorder reads of an op), :mod:`.findings`
 (what one run found), :mod:`.locate` (the user's frame of an op), :mod:`.assembly` (findings
-to report) and :mod:`.frames` (library directories, a tensor's name in a frame, loop lines).
+to report), :mod:`.metamix` (meta tensors computing beside real ones: the lean guard of
+``%%devicecheck`` and the error its diagnosis explains), :mod:`.metacalls` (the always-on
+check of modules with meta tensors called with real inputs) and :mod:`.frames` (library
+directories, a tensor's name in a frame, loop lines).
 Everything is importable from here (``from torchdevice_magic.trace import Tracer``).
 
 Pure core: no IPython import, and torch is imported only when the caller already did.
@@ -30,6 +33,8 @@ without tracing.
 
 from __future__ import annotations
 
+from .metacalls import MetaCall, MetaCallCheck
+from .metamix import MetaMixError, MetaMixGuard
 from .recorder import CELL_FILENAME, Tracer, trace
 from .report import Divergence, HostRead, TraceReport, Transfer
 
@@ -37,6 +42,10 @@ __all__ = [
     "CELL_FILENAME",
     "Divergence",
     "HostRead",
+    "MetaCall",
+    "MetaCallCheck",
+    "MetaMixError",
+    "MetaMixGuard",
     "TraceReport",
     "Tracer",
     "Transfer",

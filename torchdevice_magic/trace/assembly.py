@@ -79,7 +79,7 @@ def assemble_report(findings: Findings, places: Places, error: BaseException | N
     """The report of ``findings``, its lines placed by ``places``."""
     by_device, modules, total = _op_counts(findings.ops)
     return TraceReport(
-        first_divergence=_divergence(findings.divergence, places),
+        first_divergence=divergence_row(findings.divergence, places),
         transfers=_transfers(findings.transfers, places),
         host_reads=_reads(findings.reads, places),
         error=error,
@@ -88,10 +88,12 @@ def assemble_report(findings: Findings, places: Places, error: BaseException | N
         modules=modules,
         unattributed=findings.unattributed,
         internal_errors=findings.internal_errors,
+        meta_mix=divergence_row(findings.meta_mix, places),
     )
 
 
-def _divergence(noted: dict[str, Any] | None, places: Places) -> Divergence | None:
+def divergence_row(noted: dict[str, Any] | None, places: Places) -> Divergence | None:
+    """The report's row of an op noted mixing devices (a divergence, a meta mix)."""
     if noted is None:
         return None
     function, filename, file, text, _ = places.place(noted["code"], noted["line"])

@@ -25,7 +25,8 @@ class Findings:
     ``ops``: ``device`` or ``(device, module)`` -> ops counted. ``transfers``: ``(code, line,
     source, target)`` -> ``[count, bytes, {names}, module, direct count]``. ``reads``:
     ``(code, line, device)`` -> ``[count, {labels}, module]``. ``divergence``: the first op
-    mixing devices, as a dict of plain values. ``module_stack``: ``(name, module)`` of the
+    mixing devices, as a dict of plain values; ``meta_mix`` the same for the first op computing
+    with a meta tensor beside a real one. ``module_stack``: ``(name, module)`` of the
     forwards running, innermost last. ``filename``: the cell's file name, found from the first
     frame noted when the caller did not give it.
     """
@@ -40,6 +41,7 @@ class Findings:
         self.transfers: dict[Any, list[Any]] = {}
         self.reads: dict[Any, list[Any]] = {}
         self.divergence: dict[str, Any] | None = None
+        self.meta_mix: dict[str, Any] | None = None
         self.module_stack: list[tuple[str, Any]] = []
         self.unattributed = 0
         self.internal_errors = 0
@@ -122,10 +124,33 @@ class Findings:
         raised: bool,
     ) -> None:
         """The first op whose inputs span ``devices``: its line, module, inputs' names."""
+        noted = self._mixing_op(func, args, kwargs, devices, raised)
+        if noted is not None:
+            self.divergence = noted
+
+    def note_meta_mix(
+        self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], devices: list[str]
+    ) -> None:
+        """The first op computing with a meta tensor beside a real one (before it runs: one
+        that then raises is marked ``raised``)."""
+        noted = self._mixing_op(func, args, kwargs, devices, False)
+        if noted is not None:
+            self.meta_mix = noted
+
+    def _mixing_op(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        devices: list[str],
+        raised: bool,
+    ) -> dict[str, Any] | None:
+        """An op mixing ``devices`` as plain values: its line, module, inputs' names; None
+        outside the traced code."""
         try:
             frame = self._locate()
             if frame is OUTSIDE:
-                return
+                return None
             found = tensors(args, kwargs)
             names = tuple(
                 name_in_frame(frame, t, self.module_stack)
@@ -133,7 +158,7 @@ class Findings:
                 else None
                 for t in found
             )
-            self.divergence = {
+            return {
                 "op": op_name(func),
                 "code": frame.f_code if frame is not None else None,
                 "line": frame.f_lineno if frame is not None else None,
@@ -147,3 +172,4 @@ class Findings:
             }
         except Exception:
             self.internal_errors += 1
+            return None

@@ -1,8 +1,8 @@
 """Whose line is it, and what is a tensor called there.
 
 Which directories hold library code (never "the user's line"), the name a frame gives a
-tensor (a local, a module's parameter/buffer/attribute, the base of a view) and which lines of
-a cell sit in a loop. Read only when the recorder notes an interesting op, and when the report
+tensor (a local, a module's parameter/buffer/attribute, the base of a view), the name the
+namespace gives a module, and which lines of a cell sit in a loop. Read only when the recorder notes an interesting op, and when the report
 is built. Standard library only; ``torch.nn`` is looked up in ``sys.modules``.
 """
 
@@ -13,6 +13,7 @@ import functools
 import os
 import sys
 import sysconfig
+from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
@@ -90,6 +91,28 @@ def _name_in_module(module: Any, tensor: Any) -> str | None:
     for name, value in attributes.items():
         if value is tensor:
             return name
+    return None
+
+
+def module_path(namespace: Mapping[str, Any], module: Any) -> str | None:
+    """The namespace's name for a module: ``model`` or ``model.encoder.layers.3`` (the first
+    top-level module holding it); None when no name reaches it."""
+    nn_module = sys.modules["torch.nn"].Module
+    roots = []
+    for name, value in list(namespace.items()):
+        if name.startswith("_"):
+            continue
+        if value is module:
+            return name
+        if issubclass(type(value), nn_module):  # type(), not isinstance: no __class__ read
+            roots.append((name, value))
+    for root_name, root in roots:
+        try:
+            for path, sub in root.named_modules():
+                if sub is module:
+                    return f"{root_name}.{path}"
+        except Exception:  # a module of the user's that cannot be walked: not this one
+            continue
     return None
 
 

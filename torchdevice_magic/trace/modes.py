@@ -15,12 +15,16 @@ from typing import Any, NamedTuple, Protocol
 from .ops import bind_torch
 
 
-class Recorder(Protocol):
-    """What the mode classes need from the recorder."""
+class OpRecorder(Protocol):
+    """What the dispatch mode needs: one handler for every aten op."""
 
     def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run an aten op (``func(*args, **kwargs)``) and record it; return its result."""
         ...
+
+
+class Recorder(OpRecorder, Protocol):
+    """What the mode classes need from the recorder."""
 
     def on_function(
         self, func: Any, entry: tuple[str, bool], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -51,7 +55,7 @@ class ModeClasses(NamedTuple):
     """The mode classes, each built with a :class:`Recorder`."""
 
     function: Any  # TorchFunctionMode
-    dispatch: Any  # TorchDispatchMode
+    dispatch: Any  # TorchDispatchMode (needs only an OpRecorder)
     tracker: Any  # ModuleTracker, or None on a torch without it
 
 
@@ -111,7 +115,7 @@ def mode_classes() -> ModeClasses:
     skip_dynamo = _dynamo_skipper()
 
     class DispatchRecorder(TorchDispatchMode):
-        def __init__(self, recorder: Recorder) -> None:
+        def __init__(self, recorder: OpRecorder) -> None:
             super().__init__()
             self.recorder = recorder
 

@@ -131,3 +131,51 @@ def output_device(out: Any) -> Any:
             if isinstance(o, _tensor_class):
                 return o.device
     return None
+
+
+#: aten ops that read their tensor inputs' sizes, strides or devices and never their values: a
+#: meta tensor beside a real one there loses nothing (``x.resize_as_(w)``, ``x.is_same_size(w)``).
+#: ``view_as``, ``expand_as``, ``reshape_as``, ``type_as``, ``new_empty`` and the ``*_like``
+#: factories reach dispatch as ops on one tensor (``view``, ``expand``...), so never mix there.
+SHAPE_ONLY = frozenset(
+    {
+        "is_same_size",
+        "resize_as",
+        "resize_as_",
+        "resize_as_sparse_",
+        "_resize_output_",
+        "_has_same_storage_numel",
+        "_has_compatible_shallow_copy_type",
+        "is_set_to",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "sym_storage_offset",
+    }
+)
+
+
+def shape_only(func: Any) -> bool:
+    """The op reads only its inputs' shapes, strides or devices (:data:`SHAPE_ONLY`)."""
+    return func.__name__.partition(".")[0] in SHAPE_ONLY
+
+
+def meta_mix(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """The op computes with a meta tensor beside one holding data: its result (if it returns
+    one rather than raising) is a real tensor of numbers computed from nothing, or a meta
+    tensor that drops the real one's values. A 0-dim cpu tensor is a scalar beside any device
+    (torch reads it as a number), and shape-only ops read no values: neither is a mix."""
+    if shape_only(func):
+        return False
+    meta = real = False
+    for t in tensors(args, kwargs):
+        if t.is_meta:
+            meta = True
+        elif not (t.device.type == "cpu" and t.dim() == 0):
+            real = True
+    return meta and real
+
+
+def real_device(devices: list[str] | tuple[str, ...]) -> str:
+    """The device holding data in a meta/real mix (the first that is not meta)."""
+    return next((d for d in devices if d != "meta"), "cpu")

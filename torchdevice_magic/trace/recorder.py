@@ -16,6 +16,7 @@ from typing import Any
 
 from .assembly import Places, assemble_report
 from .findings import Findings
+from .frames import module_path
 from .locate import FrameLocator
 from .modes import Recorder, mode_classes
 from .ops import (
@@ -26,10 +27,12 @@ from .ops import (
     benign_mix,
     boolean_index,
     classify,
+    meta_mix,
     mixed_devices,
     op_name,
     output_device,
     read_label,
+    shape_only,
 )
 from .report import TraceReport
 
@@ -92,6 +95,7 @@ class Tracer:
         self._tensor: Any = None
         self._suppress = 0  # > 0: ops run by a function we noted (printing): not the user's
         self._label: str | None = None  # the Python spelling of the scalar read running
+        self._meta_noted = False  # the op running was noted as the first meta mix
 
     # -- entering and leaving ----------------------------------------------------------------
     def __enter__(self) -> Tracer:
@@ -216,11 +220,16 @@ class Tracer:
         devices: list[str],
     ) -> bool:
         """The op's inputs span ``devices``: note it when it is the first divergence (a copy or
-        a mix torch accepts by design is none); True when noted."""
+        a mix torch accepts by design is none), and when it is the first op computing with a
+        meta tensor beside a real one; True when noted as the divergence."""
         findings = self._findings
-        if len(devices) < 2 or findings.divergence is not None or kind == COPY:
+        self._meta_noted = False
+        if len(devices) < 2 or kind == COPY:
             return False
-        if benign_mix(kind, args, kwargs):
+        if findings.meta_mix is None and "meta" in devices and meta_mix(func, args, kwargs):
+            findings.note_meta_mix(func, args, kwargs, devices)
+            self._meta_noted = findings.meta_mix is not None
+        if findings.divergence is not None or shape_only(func) or benign_mix(kind, args, kwargs):
             return False
         findings.note_divergence(func, args, kwargs, devices, raised=False)
         return True
@@ -239,6 +248,10 @@ class Tracer:
             findings.note_divergence(func, args, kwargs, devices, raised=True)
         elif noted:  # noted just before it ran
             findings.divergence["raised"] = True
+        if self._meta_noted:
+            # torch refused this meta mix: the error says so; a later silent one is still news
+            findings.meta_mix = None
+            self._meta_noted = False
         findings.count_failed_op(devices)
 
     def _note(self, func: Any, kind: int, args: tuple[Any, ...], out: Any, device: Any) -> None:
@@ -299,23 +312,7 @@ class Tracer:
         """The namespace's name for a module: ``model`` or ``model.encoder.layers.3`` (the
         first top-level module holding it); None when no name reaches it. (ModuleTracker
         caches the answer per module, and names the children of a named module itself.)"""
-        nn_module = sys.modules["torch.nn"].Module
-        roots = []
-        for name, value in list(self.namespace.items()):
-            if name.startswith("_"):
-                continue
-            if value is module:
-                return name
-            if issubclass(type(value), nn_module):  # type(), not isinstance: no __class__ read
-                roots.append((name, value))
-        for root_name, root in roots:
-            try:
-                for path, sub in root.named_modules():
-                    if sub is module:
-                        return f"{root_name}.{path}"
-            except Exception:  # a module of the user's that cannot be walked: not this one
-                continue
-        return None
+        return module_path(self.namespace, module)
 
     # -- the report -------------------------------------------------------------------------------
     def report(self, error: BaseException | None = None) -> TraceReport:

@@ -15,6 +15,9 @@ from ..units import device_sort_key, format_bytes
 
 NAMED_COPIES = 3
 
+#: how a report introduces an op that computed with a meta tensor beside a real one
+META_MIX_HEADLINE = "Meta mixed with real data, no error raised (the result holds no real values)"
+
 
 @dataclass(frozen=True)
 class Divergence:
@@ -139,6 +142,9 @@ class TraceReport:
     modules: dict[str, int] = field(default_factory=dict)  # ops per module path
     unattributed: int = 0  # interesting ops seen on other threads (no user frame)
     internal_errors: int = 0  # ops the recorder failed to record (they ran all the same)
+    #: the first op that computed with a meta tensor beside a real one and did not raise: its
+    #: result is numbers computed from no data (or a meta tensor that dropped real values)
+    meta_mix: Divergence | None = None
 
     @property
     def transfer_bytes(self) -> int:
@@ -164,6 +170,11 @@ class TraceReport:
                 out.append(f"    {d.source}")
         elif self.error is None or len(self.ops_by_device) <= 1:
             out.append("No op mixed devices.")
+        m = self.meta_mix
+        if m is not None:
+            out.append(f"{META_MIX_HEADLINE}: {m.describe()}")
+            if m.source and m != d:
+                out.append(f"    {m.source}")
         if self.transfers:
             out.append("Transfers (biggest first):")
             for t in self.transfers:
@@ -214,6 +225,9 @@ class TraceReport:
             parts.append(f"<p><b>First divergence</b>: {e(d.describe())}</p>")
             if d.source:
                 parts.append(f"<pre>{e(d.source)}</pre>")
+        m = self.meta_mix
+        if m is not None:
+            parts.append(f"<p><b>{e(META_MIX_HEADLINE)}</b>: {e(m.describe())}</p>")
         if self.transfers:
             rows = "".join(
                 f"<tr><td>{e(t.where)}</td><td>{e(t.name or '')}</td><td>{e(t.source)}</td>"
@@ -245,6 +259,7 @@ class TraceReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "first_divergence": _asdict(self.first_divergence),
+            "meta_mix": _asdict(self.meta_mix),
             "transfers": [_asdict(t) for t in self.transfers],
             "host_reads": [_asdict(r) for r in self.host_reads],
             "error": None if self.error is None else _first_line(self.error),
