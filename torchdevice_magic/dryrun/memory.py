@@ -40,8 +40,15 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..objects import Kind, TorchTypes, kind_of, optimizer_params, optimizer_state_tensors, walk
-from ..objects.storage import storage_identity
+from ..objects import (
+    Kind,
+    TorchTypes,
+    kind_of,
+    optimizer_params,
+    optimizer_state_tensors,
+    storage_identity,
+    walk,
+)
 
 #: the CUDA caching allocator's smallest block and its rounding step (c10/cuda
 #: CUDACachingAllocator.cpp ``kMinBlockSize``); also what ``MemTracker`` rounds cuda storages to
