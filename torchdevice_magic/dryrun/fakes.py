@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -42,6 +43,7 @@ class FakeCopies:
 
         self.torch = torch
         self.mode = FakeTensorMode(allow_non_fake_inputs=False)
+        self.mode.fake_tensor_converter.__class__ = _converter_class()
         # a user's meta tensors are faked as meta (mixing them is a device error)
         self.mode.allow_meta = True
         #: id(real tensor) -> (real tensor, its fake): the real one is held so its id stays
@@ -103,13 +105,41 @@ class FakeCopies:
                 if id(parameter) not in memo:
                     memo[id(parameter)] = self.fake_of(parameter)
             with _copy_mode(self):
-                return copy.deepcopy(value, memo)
+                copied = copy.deepcopy(value, memo)
+        # The meta converter remembers each fake it made by a weak reference; ``Module.to()``
+        # swaps a fake parameter for its moved one (``swap_tensors``), which a weak reference
+        # forbids. This run keeps its own memo of fakes, so the converter's is let go.
+        self.mode.fake_tensor_converter.meta_converter.tensor_memo.clear()
+        return copied
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
         """The fake mode, entered for the shadow run."""
-        with python_backend_fakes(), self.mode:
-            yield
+        # the fake mode logs every failed meta kernel with its traceback before raising: the
+        # error reaches the report, the log would only fill the cell's output
+        logger = logging.getLogger("torch._subclasses.fake_tensor")
+        level = logger.level
+        logger.setLevel(logging.CRITICAL)
+        try:
+            with python_backend_fakes(), self.mode:
+                yield
+        finally:
+            logger.setLevel(level)
+
+
+def _converter_class() -> type:
+    from torch._subclasses.fake_tensor import FakeTensorConverter
+
+    class UnrememberingConverter(FakeTensorConverter):
+        """Fakes an operator returns are not remembered by a weak reference: ``Module.to()``
+        swaps each fake parameter for its moved one (``swap_tensors``, always, for fakes),
+        which a weak reference to the parameter forbids. An operator's output is a fresh meta
+        tensor, so its memo was never looked up again."""
+
+        def set_tensor_memo(self, t: Any, v: Any) -> None:
+            return None
+
+    return UnrememberingConverter
 
 
 def _is_small_cpu_constant(torch: Any, tensor: Any) -> bool:
