@@ -4,8 +4,9 @@ The steps, in order: compile the cell (IPython's ``transform_cell`` first when a
 given) under a file name of its own; build the shadow namespace (:mod:`.shadow`: fake copies,
 re-pointed functions); run the cell there under the fake mode, the memory counter
 (:mod:`.memory`) and the file-write guard; then read what stopped it. A device error is
-explained by :func:`..diagnose.diagnose` exactly as the real run's would be, with the shadow
-namespace mapped back to the user's objects (culprits carry the real names and devices);
+explained by :func:`..diagnose.diagnose` exactly as the real run's would be, on the shadow
+namespace: its names are the user's, and a function's local is found under the name it has
+there (a fake reports the device of the real object it copies, and its culprit the real size);
 anything else that stopped the run is a :class:`~.report.Stop`. Last, what the cell needs on
 each device beyond what it holds is compared with the device's free memory.
 
@@ -18,6 +19,7 @@ import itertools
 import linecache
 import sys
 import time
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -112,24 +114,69 @@ def _run(
     if not isinstance(error, SideEffect):
         from ..diagnose import diagnose
 
-        with python_backend_fakes():
-            diagnosis = diagnose(
-                error, shadow.mapped_back(), report.cell, target=target, shell=shell
-            )
+        # the scan reads fakes' storages, which torch warns about: nothing for the user to do
+        with python_backend_fakes(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            diagnosis = diagnose(error, shadow.namespace, report.cell, target=target, shell=shell)
     if diagnosis is not None:
-        _as_real_culprits(diagnosis)
+        _as_real_culprits(diagnosis, shadow.namespace)
         report.error, report.diagnosis, report.error_line = error, diagnosis, line
     else:
         report.stopped = _stop(error, line)
 
 
-def _as_real_culprits(diagnosis: Any) -> None:
-    """A culprit made during the shadow run (a function's local) is a fake tensor that stands
-    for the real tensor the real run makes: called a Tensor, with the bytes it would take."""
+def _as_real_culprits(diagnosis: Any, namespace: Mapping[str, Any]) -> None:
+    """Culprits are fakes standing for the real objects of the real run: called by the real
+    type's name, with the bytes the real ones take (a fake's storage knows its size)."""
     for culprit in diagnosis.culprits:
         if culprit.kind == "FakeTensor":
             culprit.kind = "Tensor"
-            culprit.bytes = culprit.bytes or culprit.needed_bytes
+        found = _resolve(namespace, culprit.alias or culprit.name)
+        sizes = _bytes_by_device(found)
+        if sizes:
+            culprit.bytes_by_device = sizes
+            culprit.bytes = sum(sizes.values())
+
+
+def _resolve(namespace: Mapping[str, Any], path: str) -> Any:
+    """``model.fc.weight`` looked up in ``namespace``; None for anything but a dotted name."""
+    root, *attributes = path.split(".")
+    if not root.isidentifier() or root not in namespace:
+        return None
+    value = namespace[root]
+    for attribute in attributes:
+        if not attribute.isidentifier():
+            return None
+        try:
+            value = getattr(value, attribute)
+        except Exception:
+            return None
+    return value
+
+
+def _bytes_by_device(value: Any) -> dict[str, int]:
+    """Bytes per device of a tensor or a module's parameters and buffers, each storage once."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        tensors = [value]
+    elif isinstance(value, torch.nn.Module):
+        tensors = [*value.parameters(), *value.buffers()]
+    else:
+        return {}
+    seen: set[int] = set()
+    sizes: dict[str, int] = {}
+    for tensor in tensors:
+        try:
+            storage = tensor.untyped_storage()
+            key, nbytes = storage._cdata, storage.nbytes()
+        except Exception:
+            continue
+        if key not in seen:
+            seen.add(key)
+            device = str(tensor.device)
+            sizes[device] = sizes.get(device, 0) + nbytes
+    return sizes
 
 
 def _cell_line(error: BaseException, filename: str) -> int | None:

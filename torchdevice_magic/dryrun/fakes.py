@@ -31,6 +31,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from .gaps import device_checks, python_backend_factories
+
 __all__ = ["FakeCopies", "python_backend_fakes"]
 
 
@@ -49,8 +51,6 @@ class FakeCopies:
         #: id(real tensor) -> (real tensor, its fake): the real one is held so its id stays
         #: unique while the copies live
         self._fakes: dict[int, tuple[Any, Any]] = {}
-        #: id(a Python backend's value storage) -> the meta storage its fakes share
-        self._meta_storages: dict[int, tuple[Any, Any]] = {}
 
     # -- one tensor ---------------------------------------------------------------------------
     def fake_of(self, tensor: Any) -> Any:
@@ -65,8 +65,6 @@ class FakeCopies:
         torch = self.torch
         if isinstance(tensor, torch.nn.Parameter):
             fake = torch.nn.Parameter(self.fake_of(tensor.data), tensor.requires_grad)
-        elif _python_backend_values(tensor) is not None:
-            fake = self._fake_of_python_backend(tensor)
         elif _is_small_cpu_constant(torch, tensor):
             converter = self.mode.fake_tensor_converter
             fake = converter.from_real_tensor(
@@ -79,22 +77,6 @@ class FakeCopies:
             fake.grad = self.fake_of(grad)
         self._fakes[id(tensor)] = (tensor, fake)
         return fake
-
-    def _fake_of_python_backend(self, tensor: Any) -> Any:
-        torch = self.torch
-        values = _python_backend_values(tensor)
-        storage = values.untyped_storage()
-        shared = self._meta_storages.get(id(storage))
-        if shared is None:
-            meta_bytes = torch.empty(storage.nbytes(), dtype=torch.uint8, device="meta")
-            shared = (storage, meta_bytes.untyped_storage())
-            self._meta_storages[id(storage)] = shared
-        meta = torch.empty(0, dtype=values.dtype, device="meta")
-        meta.set_(shared[1], values.storage_offset(), values.size(), values.stride())
-        if tensor.requires_grad:
-            meta.requires_grad_(True)
-        converter = self.mode.fake_tensor_converter
-        return converter.from_meta_and_device(self.mode, meta, tensor.device)
 
     # -- whole objects ------------------------------------------------------------------------
     def copy(self, value: Any, memo: dict[int, Any]) -> Any:
@@ -121,7 +103,7 @@ class FakeCopies:
         level = logger.level
         logger.setLevel(logging.CRITICAL)
         try:
-            with python_backend_fakes(), self.mode:
+            with python_backend_fakes(), self.mode, device_checks(), python_backend_factories():
                 yield
         finally:
             logger.setLevel(level)
@@ -130,16 +112,40 @@ class FakeCopies:
 def _converter_class() -> type:
     from torch._subclasses.fake_tensor import FakeTensorConverter
 
-    class UnrememberingConverter(FakeTensorConverter):
-        """Fakes an operator returns are not remembered by a weak reference: ``Module.to()``
+    class ShadowConverter(FakeTensorConverter):
+        """The fake mode's converter, with two changes.
+
+        Fakes an operator returns are not remembered by a weak reference: ``Module.to()``
         swaps each fake parameter for its moved one (``swap_tensors``, always, for fakes),
         which a weak reference to the parameter forbids. An operator's output is a fresh meta
-        tensor, so its memo was never looked up again."""
+        tensor, so its memo was never looked up again.
+
+        A Python backend's tensor is faked from the CPU tensor holding its values (the meta
+        converter would resize the backend's storage, which it has no hook for), with its own
+        device; views of one storage share one meta storage."""
 
         def set_tensor_memo(self, t: Any, v: Any) -> None:
             return None
 
-    return UnrememberingConverter
+        def from_real_tensor(self, fake_mode: Any, t: Any, *args: Any, **kwargs: Any) -> Any:
+            values = _python_backend_values(t)
+            if values is None:
+                return super().from_real_tensor(fake_mode, t, *args, **kwargs)
+            import torch
+
+            storages = self.__dict__.setdefault("python_backend_storages", {})
+            storage = values.untyped_storage()
+            shared = storages.get(id(storage))
+            if shared is None:
+                meta_bytes = torch.empty(storage.nbytes(), dtype=torch.uint8, device="meta")
+                shared = storages[id(storage)] = (storage, meta_bytes.untyped_storage())
+            meta = torch.empty(0, dtype=values.dtype, device="meta")
+            meta.set_(shared[1], values.storage_offset(), values.size(), values.stride())
+            if t.requires_grad:
+                meta.requires_grad_(True)
+            return self.from_meta_and_device(fake_mode, meta, t.device)
+
+    return ShadowConverter
 
 
 def _is_small_cpu_constant(torch: Any, tensor: Any) -> bool:

@@ -54,15 +54,6 @@ class Shadow:
     #: names passed as they are because they could not be copied, with why
     shared: dict[str, str] = field(default_factory=dict)
 
-    def mapped_back(self) -> dict[str, Any]:
-        """The shadow namespace with every copy that still holds its name replaced by the
-        user's object: what a diagnosis reads to name culprits as the real run would."""
-        mapped = dict(self.namespace)
-        for name, original in self.originals.items():
-            if name in mapped and mapped[name] is self.copies.get(name):
-                mapped[name] = original
-        return mapped
-
 
 def names_loaded(code: types.CodeType) -> set[str]:
     """Every name ``code`` and the code objects nested in it (functions, comprehensions,

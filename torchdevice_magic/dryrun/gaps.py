@@ -1,0 +1,90 @@
+"""Where the fake mode does not do what a real device does, and the shadow run makes up for it.
+
+- Convolutions: the fake mode computes a convolution's output on meta without comparing its
+  arguments' devices, so a CPU layer given an accelerator input (or the other way round) runs
+  on fakes while CUDA raises ``Input type (torch.cuda.FloatTensor) and weight type
+  (torch.FloatTensor) should be the same``. :func:`device_checks` raises that message (the
+  shape ``Convolution.cpp`` gives it) before the fake mode sees the operator.
+- ``torch.tensor(data, device=...)`` on a Python backend (the simulated accelerator): the
+  constructor makes a real tensor of the backend, which the fake mode cannot lift.
+  :func:`python_backend_factories` builds it on the CPU and moves it, under the fake mode.
+
+Pure core: torch only, imported when a mode is made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["device_checks", "python_backend_factories", "tensor_type_name"]
+
+#: scalar types whose tensors print with a legacy name (``torch.cuda.FloatTensor``)
+_LEGACY = frozenset({"Float", "Double", "Half", "BFloat16", "Byte", "Char", "Short", "Int", "Long", "Bool"})  # fmt: skip  # noqa: E501
+
+
+def tensor_type_name(tensor: Any) -> str:
+    """``TensorBase::toString()`` as a device-type message prints it: ``torch.FloatTensor``,
+    ``torch.cuda.HalfTensor``, ``simdevFloatType``."""
+    import torch
+
+    scalar = torch.empty(0, dtype=tensor.dtype, device="meta").type()
+    scalar = scalar.removeprefix("torch.").removeprefix("meta.").removesuffix("Tensor")
+    kind = tensor.device.type
+    if kind in ("cpu", "cuda") and scalar in _LEGACY:
+        return f"torch.{scalar}Tensor" if kind == "cpu" else f"torch.cuda.{scalar}Tensor"
+    return f"{ {'cpu': 'CPU', 'cuda': 'CUDA'}.get(kind, kind) }{scalar}Type"
+
+
+def _check_convolution(args: tuple[Any, ...]) -> None:
+    source, weight = args[0], args[1]
+    bias = args[2] if len(args) > 2 else None
+    for role, parameter in (("weight", weight), ("bias", bias)):
+        if parameter is None or parameter.device == source.device:
+            continue
+        raise RuntimeError(
+            f"Input type ({tensor_type_name(source)}) and {role} type "
+            f"({tensor_type_name(parameter)}) should be the same"
+        )
+
+
+def device_checks() -> Any:
+    """A dispatch mode raising the real device's error for the mixes the fake mode lets by."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    checked = {torch.ops.aten.convolution.default: _check_convolution}
+
+    class DeviceChecks(TorchDispatchMode):
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            check = checked.get(func)
+            if check is not None:
+                check(tuple(args))
+            return func(*args, **(kwargs or {}))
+
+    return DeviceChecks()
+
+
+def python_backend_factories() -> Any:
+    """A function mode building ``torch.tensor(data, device=<Python backend>)`` on the CPU and
+    moving it there, so that the fake mode sees a CPU constant and a move."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    backend = torch._C._get_privateuse1_backend_name()
+    constructors = {torch.tensor, torch.as_tensor}
+
+    class PythonBackendFactories(TorchFunctionMode):
+        def __torch_function__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = dict(kwargs or {})
+            device = kwargs.get("device")
+            if func in constructors and device is not None:
+                if torch.device(device).type == backend:
+                    kwargs["device"] = "cpu"
+                    return func(*args, **kwargs).to(device)
+            return func(*args, **kwargs)
+
+    return PythonBackendFactories()
