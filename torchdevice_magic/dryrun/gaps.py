@@ -81,10 +81,9 @@ def python_backend_factories() -> Any:
         ) -> Any:
             kwargs = dict(kwargs or {})
             device = kwargs.get("device")
-            if func in constructors and device is not None:
-                if torch.device(device).type == backend:
-                    kwargs["device"] = "cpu"
-                    return func(*args, **kwargs).to(device)
+            if func in constructors and device is not None and torch.device(device).type == backend:
+                kwargs["device"] = "cpu"
+                return func(*args, **kwargs).to(device)
             return func(*args, **kwargs)
 
     return PythonBackendFactories()
