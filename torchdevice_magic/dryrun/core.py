@@ -89,14 +89,18 @@ def _run(
     shell: Any,
     target: str | None,
 ) -> None:
+    import torch
+
     copies = FakeCopies()
     shadow = build_shadow(code, namespace, copies)
     error: BaseException | None = None
-    with copies.running(), MemoryCounter(filename) as counter, no_file_writes():
-        try:
-            exec(code, shadow.namespace)
-        except (Exception, SideEffect) as raised:
-            error = raised
+    # the CPU generator the shadow run draws from is the user's: forked, and restored after
+    with torch.random.fork_rng(devices=[]), copies.running():
+        with MemoryCounter(filename) as counter, no_file_writes():
+            try:
+                exec(code, shadow.namespace)
+            except (Exception, SideEffect) as raised:
+                error = raised
     report.memory = counter.forecast(shadow.namespace)
     notes = [
         f"{name} was not copied ({why}); a real tensor reached through it stops the run"

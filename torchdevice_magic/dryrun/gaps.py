@@ -5,6 +5,10 @@
   on fakes while CUDA raises ``Input type (torch.cuda.FloatTensor) and weight type
   (torch.FloatTensor) should be the same``. :func:`device_checks` raises that message (the
   shape ``Convolution.cpp`` gives it) before the fake mode sees the operator.
+- A 0-dim CPU tensor filled at random and read back (``DataLoader``'s base seed:
+  ``torch.empty((), dtype=torch.int64).random_().item()``): a fake has no value to read.
+  :func:`device_checks` draws it for real (from the CPU generator the dry run forks and
+  restores) and keeps it as the fake's constant, so iterating a loader can be predicted.
 - ``torch.tensor(data, device=...)`` on a Python backend (the simulated accelerator): the
   constructor makes a real tensor of the backend, which the fake mode cannot lift.
   :func:`python_backend_factories` builds it on the CPU and moves it, under the fake mode.
@@ -47,21 +51,37 @@ def _check_convolution(args: tuple[Any, ...]) -> None:
         )
 
 
+def _is_cpu_scalar(tensor: Any) -> bool:
+    return tensor.device.type == "cpu" and tensor.dim() == 0
+
+
 def device_checks() -> Any:
-    """A dispatch mode raising the real device's error for the mixes the fake mode lets by."""
+    """A dispatch mode raising the real device's error for the mixes the fake mode lets by,
+    and drawing 0-dim CPU random numbers for real."""
     import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    checked = {torch.ops.aten.convolution.default: _check_convolution}
+    aten = torch.ops.aten
+    checked = {aten.convolution.default: _check_convolution}
+    random_fills = {aten.random_.default, getattr(aten.random_, "from"), aten.random_.to}
 
     class DeviceChecks(TorchDispatchMode):
         def __torch_dispatch__(
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
         ) -> Any:
+            kwargs = kwargs or {}
             check = checked.get(func)
             if check is not None:
                 check(tuple(args))
-            return func(*args, **(kwargs or {}))
+            result = func(*args, **kwargs)
+            if func in random_fills and _is_cpu_scalar(args[0]):
+                target = args[0]
+                with unset_fake_temporarily():
+                    real = torch.empty((), dtype=target.dtype)
+                    func(real, *args[1:], **kwargs)
+                target.constant = real
+            return result
 
     return DeviceChecks()
 
