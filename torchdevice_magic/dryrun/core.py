@@ -95,12 +95,16 @@ def _run(
     shadow = build_shadow(code, namespace, copies)
     error: BaseException | None = None
     # the CPU generator the shadow run draws from is the user's: forked, and restored after
-    with torch.random.fork_rng(devices=[]), copies.running():
-        with MemoryCounter(filename) as counter, no_file_writes():
-            try:
-                exec(code, shadow.namespace)
-            except (Exception, SideEffect) as raised:
-                error = raised
+    with (
+        torch.random.fork_rng(devices=[]),
+        copies.running(),
+        MemoryCounter(filename) as counter,
+        no_file_writes(),
+    ):
+        try:
+            exec(code, shadow.namespace)
+        except (Exception, SideEffect) as raised:
+            error = raised
     report.memory = counter.forecast(shadow.namespace)
     notes = [
         f"{name} was not copied ({why}); a real tensor reached through it stops the run"

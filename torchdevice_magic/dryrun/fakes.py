@@ -87,7 +87,10 @@ class FakeCopies:
                 if id(parameter) not in memo:
                     memo[id(parameter)] = self.fake_of(parameter)
             with _copy_mode(self):
-                copied = copy.deepcopy(value, memo)
+                try:
+                    copied = copy.deepcopy(value, memo)
+                except Exception as error:
+                    copied = _copy_attributes(value, memo, error)
         # The meta converter remembers each fake it made by a weak reference; ``Module.to()``
         # swaps a fake parameter for its moved one (``swap_tensors``), which a weak reference
         # forbids. This run keeps its own memo of fakes, so the converter's is let go.
@@ -107,6 +110,24 @@ class FakeCopies:
                 yield
         finally:
             logger.setLevel(level)
+
+
+def _copy_attributes(value: Any, memo: dict[int, Any], error: Exception) -> Any:
+    """A copy of a plain Python object that ``deepcopy`` could not copy: a new instance of its
+    class with a deep copy of its attributes. Such objects fail where ``__getattr__`` reads an
+    attribute the half-made copy does not have yet (``UserDict`` subclasses that forward
+    attribute reads to ``self.data``, as ``transformers``' ``BatchEncoding`` does); the
+    original ``error`` is raised when this does not apply either."""
+    attributes = getattr(value, "__dict__", None)
+    if (
+        not isinstance(attributes, dict)
+        or getattr(type(value), "__new__", None) is not object.__new__
+    ):
+        raise error
+    copied = object.__new__(type(value))
+    memo[id(value)] = copied
+    copied.__dict__.update(copy.deepcopy(attributes, memo))
+    return copied
 
 
 def _converter_class() -> type:
