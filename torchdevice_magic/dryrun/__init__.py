@@ -20,7 +20,7 @@ Pure core: no IPython; torch only once the user imported it.
 
 from __future__ import annotations
 
-from .core import dry_run
+from .core import dry_run, parse_free
 from .report import DryRunReport, Fit, Stop
 
-__all__ = ["DryRunReport", "Fit", "Stop", "dry_run"]
+__all__ = ["DryRunReport", "Fit", "Stop", "dry_run", "parse_free"]

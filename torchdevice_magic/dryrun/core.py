@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import linecache
+import re
 import sys
 import time
 import warnings
@@ -29,9 +30,11 @@ from .memory import MemoryCounter
 from .report import DryRunReport, Fit, Stop
 from .shadow import SideEffect, build_shadow, changed_containers, no_file_writes
 
-__all__ = ["dry_run"]
+__all__ = ["dry_run", "parse_free"]
 
 _RUNS = itertools.count(1)
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B?\s*", re.IGNORECASE)
 
 #: the operator a fake tensor could not answer without values, and what the cell did
 _DATA_DEPENDENT = {
@@ -79,6 +82,19 @@ def dry_run(
     report.fits = _fits(report.memory, free or {})
     report.seconds = time.perf_counter() - started
     return report
+
+
+def parse_free(text: str) -> tuple[str, int]:
+    """``cuda:0=24GiB`` -> ``("cuda:0", 25769803776)``; sizes in B, KB/KiB, MB/MiB, GB/GiB,
+    TB/TiB (the ``i`` forms are powers of 1024, the others of 1000), or a number of bytes."""
+    device, equals, size = text.partition("=")
+    match = _SIZE.fullmatch(size)
+    if not equals or not device.strip() or match is None:
+        raise ValueError(f"{text!r} is not DEVICE=SIZE (cuda:0=24GiB)")
+    number, prefix, binary = match.groups()
+    base = 1024 if binary or not prefix else 1000
+    power = " KMGT".index(prefix.upper() or " ")
+    return devices.full_device_name(device), int(float(number) * base**power)
 
 
 def _run(

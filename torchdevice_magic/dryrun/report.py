@@ -54,7 +54,7 @@ class Fit:
         return f"would need {format_bytes(self.need)} on {self.device}, {free}"
 
 
-@dataclass
+@dataclass(repr=False)
 class DryRunReport:
     """The result of :func:`~torchdevice_magic.dryrun.dry_run`."""
 
@@ -134,6 +134,9 @@ class DryRunReport:
         return "\n".join(self.lines())
 
     def __str__(self) -> str:
+        return self.text()
+
+    def __repr__(self) -> str:
         return self.text()
 
     def _repr_html_(self) -> str:
