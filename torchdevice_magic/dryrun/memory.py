@@ -214,7 +214,7 @@ class MemoryCounter:
         self._types: TorchTypes | None = None
         self._mode: Any = None
         self._thread = threading.get_ident()
-        self._foreach_lists: list[list[type]] = []
+        self._foreach_lists: list[list[Any]] = []
 
     def __enter__(self) -> MemoryCounter:
         self._types = TorchTypes.current()
@@ -362,7 +362,7 @@ def _on_free(ledger: _Ledger, lock: threading.RLock, key: Any, record: _Storage)
     return freed
 
 
-def _count_fake_as_plain() -> list[list[type]]:
+def _count_fake_as_plain() -> list[list[Any]]:
     """Under fake mode, let fake tensors pass the checks by which optimizers and
     ``clip_grad_norm_`` choose their multi-tensor (foreach) path, ``type(t) in [Tensor,
     Parameter]``: the copies stand for plain tensors, and a foreach step allocates its
@@ -377,11 +377,12 @@ def _count_fake_as_plain() -> list[list[type]]:
     import torch.utils._foreach_utils as foreach_utils
     from torch._subclasses.fake_tensor import FakeTensor
 
-    appended: list[list[type]] = []
-    for types in (
+    appended: list[list[Any]] = []
+    lists: tuple[list[Any], ...] = (
         optimizer_module._foreach_supported_types,
         foreach_utils._foreach_supported_types,
-    ):
+    )
+    for types in lists:
         if FakeTensor not in types:
             types.append(FakeTensor)
             appended.append(types)
