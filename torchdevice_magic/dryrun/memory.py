@@ -402,6 +402,10 @@ def _counting_mode_class() -> type:
     from torch.utils._pytree import tree_leaves
 
     tensor_type = torch.Tensor
+    aten = torch.ops.aten
+    # ``torch.tensor(data)`` builds its tensor outside the dispatcher and hands it to one of
+    # these: that input is the new tensor (its own output, in a real run), never an old one
+    lifting = {aten.lift_fresh.default, aten.lift_fresh_copy.default, aten.lift.default}
 
     class CountingMode(TorchDispatchMode):
         def __init__(self, counter: MemoryCounter) -> None:
@@ -412,8 +416,9 @@ def _counting_mode_class() -> type:
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
         ) -> Any:
             kwargs = kwargs or {}
-            inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, tensor_type)]
-            self.counter.saw_inputs(inputs)
+            if func not in lifting:
+                inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, tensor_type)]
+                self.counter.saw_inputs(inputs)
             out = func(*args, **kwargs)
             outputs = [t for t in tree_leaves(out) if isinstance(t, tensor_type)]
             self.counter.saw_outputs(outputs)
