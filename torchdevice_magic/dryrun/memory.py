@@ -214,22 +214,29 @@ class MemoryCounter:
         self._types: TorchTypes | None = None
         self._mode: Any = None
         self._thread = threading.get_ident()
+        self._foreach_lists: list[list[Any]] = []
 
     def __enter__(self) -> MemoryCounter:
         self._types = TorchTypes.current()
         if self._types is None:
             raise RuntimeError("MemoryCounter needs torch imported")
         self._thread = threading.get_ident()
+        self._foreach_lists = _count_fake_as_plain()
         self._mode = _counting_mode_class()(self)
         self._mode.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         mode, self._mode = self._mode, None
-        if mode is not None:
-            mode.__exit__(*exc)
-        with self._lock:
-            self._ledger.close()
+        try:
+            if mode is not None:
+                mode.__exit__(*exc)
+        finally:
+            for types in self._foreach_lists:
+                types.pop()
+            self._foreach_lists = []
+            with self._lock:
+                self._ledger.close()
 
     # -- what the dispatch mode reports -------------------------------------------------
 
@@ -355,6 +362,33 @@ def _on_free(ledger: _Ledger, lock: threading.RLock, key: Any, record: _Storage)
     return freed
 
 
+def _count_fake_as_plain() -> list[list[Any]]:
+    """Under fake mode, let fake tensors pass the checks by which optimizers and
+    ``clip_grad_norm_`` choose their multi-tensor (foreach) path, ``type(t) in [Tensor,
+    Parameter]``: the copies stand for plain tensors, and a foreach step allocates its
+    temporaries for all parameters at once where the per-parameter loop a fake tensor would
+    take allocates one parameter's. The lists are torch's own (DTensor appends itself the same
+    way); the caller pops what was appended when the counter leaves."""
+    from torch._guards import detect_fake_mode
+
+    if detect_fake_mode() is None:
+        return []
+    import torch.optim.optimizer as optimizer_module
+    import torch.utils._foreach_utils as foreach_utils
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    appended: list[list[Any]] = []
+    lists: tuple[list[Any], ...] = (
+        optimizer_module._foreach_supported_types,
+        foreach_utils._foreach_supported_types,
+    )
+    for types in lists:
+        if FakeTensor not in types:
+            types.append(FakeTensor)
+            appended.append(types)
+    return appended
+
+
 _mode_class: list[type] = []
 
 
@@ -368,6 +402,10 @@ def _counting_mode_class() -> type:
     from torch.utils._pytree import tree_leaves
 
     tensor_type = torch.Tensor
+    aten = torch.ops.aten
+    # ``torch.tensor(data)`` builds its tensor outside the dispatcher and hands it to one of
+    # these: that input is the new tensor (its own output, in a real run), never an old one
+    lifting = {aten.lift_fresh.default, aten.lift_fresh_copy.default, aten.lift.default}
 
     class CountingMode(TorchDispatchMode):
         def __init__(self, counter: MemoryCounter) -> None:
@@ -378,8 +416,9 @@ def _counting_mode_class() -> type:
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
         ) -> Any:
             kwargs = kwargs or {}
-            inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, tensor_type)]
-            self.counter.saw_inputs(inputs)
+            if func not in lifting:
+                inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, tensor_type)]
+                self.counter.saw_inputs(inputs)
             out = func(*args, **kwargs)
             outputs = [t for t in tree_leaves(out) if isinstance(t, tensor_type)]
             self.counter.saw_outputs(outputs)
