@@ -84,6 +84,14 @@ def test_a_right_training_step_predicts_no_error_and_its_memory(simulated_device
     assert "✓ No device error." in report.text()
 
 
+def test_the_users_model_still_moves_after_a_dry_run_of_its_move(simulated_device):
+    ns = {"DEV": simulated_device, "net": torch.nn.Linear(3, 3)}
+    ns["net"](torch.randn(2, 3)).sum().backward()  # a gradient: Module.to() swaps it too
+    assert dry_run("net.to(DEV)", ns).completed
+    ns["net"].to(simulated_device)  # raised "Couldn't swap Linear.weight.grad" while the
+    assert ns["net"].weight.grad.device.type == "simdev"  # run's converter held weak refs
+
+
 def test_a_cell_that_would_not_fit_is_refused_with_the_numbers(simulated_device):
     ns = {"torch": torch}
     cell = f"big = torch.empty(256, 1024, 1024, device='{simulated_device}')"

@@ -5,6 +5,7 @@ object (same id) and every tensor its bytes, device, gradient and flags afterwar
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import pytest
@@ -49,12 +50,14 @@ def _tensor_state(tensor: Any) -> tuple:
     grad = tensor.grad
     return (
         id(tensor),
+        # a weak reference left on a tensor makes the user's next Module.to() refuse to swap it
+        len(weakref.getweakrefs(tensor)),
         str(tensor.device),
         tensor.dtype,
         tuple(tensor.shape),
         tensor.requires_grad,
         _bytes(tensor),
-        None if grad is None else (id(grad), _bytes(grad)),
+        None if grad is None else (id(grad), _bytes(grad), len(weakref.getweakrefs(grad))),
     )
 
 

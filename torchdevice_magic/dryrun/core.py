@@ -105,10 +105,25 @@ def _run(
     shell: Any,
     target: str | None,
 ) -> None:
+    copies = FakeCopies()
+    try:
+        shadow = build_shadow(code, namespace, copies)
+        _run_shadow(report, code, filename, shadow, copies, shell, target)
+    finally:
+        copies.release()
+
+
+def _run_shadow(
+    report: DryRunReport,
+    code: Any,
+    filename: str,
+    shadow: Any,
+    copies: FakeCopies,
+    shell: Any,
+    target: str | None,
+) -> None:
     import torch
 
-    copies = FakeCopies()
-    shadow = build_shadow(code, namespace, copies)
     error: BaseException | None = None
     # the CPU generator the shadow run draws from is the user's: forked, and restored after
     with (

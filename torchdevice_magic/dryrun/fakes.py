@@ -97,6 +97,20 @@ class FakeCopies:
         self.mode.fake_tensor_converter.meta_converter.tensor_memo.clear()
         return copied
 
+    def release(self) -> None:
+        """Let go of every reference to the user's tensors. The meta converter keys what it
+        converted by weak references to the real tensors and storages, and ``Module.to()``
+        refuses to swap a tensor that has one ("Couldn't swap Linear.weight"): a user's next
+        move must not depend on when the collector frees this run."""
+        converter = self.mode.fake_tensor_converter
+        meta = converter.meta_converter
+        meta.tensor_memo.clear()
+        meta.storage_memo.clear()
+        meta.describer.lookup_tensor.clear()
+        meta.describer.lookup_storage.clear()
+        converter.__dict__.pop("python_backend_storages", None)
+        self._fakes.clear()
+
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
         """The fake mode, entered for the shadow run."""

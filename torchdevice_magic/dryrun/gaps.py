@@ -5,6 +5,12 @@
   on fakes while CUDA raises ``Input type (torch.cuda.FloatTensor) and weight type
   (torch.FloatTensor) should be the same``. :func:`device_checks` raises that message (the
   shape ``Convolution.cpp`` gives it) before the fake mode sees the operator.
+- Multi-tensor (``_foreach_*``) operators: the fake mode checks no devices across their lists,
+  so an optimizer whose state stayed on the CPU (loaded before the model moved) steps on
+  fakes; on CUDA each slot's tensors meet in one kernel and the step raises TensorIterator's
+  ``Expected all tensors to be on the same device, but found at least two devices``.
+  :func:`device_checks` raises it for the first slot whose tensors span devices (CPU 0-dim
+  tensors mix freely, as everywhere on CUDA; ``_foreach_copy_`` copies between devices).
 - A 0-dim CPU tensor filled at random and read back (``DataLoader``'s base seed:
   ``torch.empty((), dtype=torch.int64).random_().item()``): a fake has no value to read.
   :func:`device_checks` draws it for real (from the CPU generator the dry run forks and
@@ -55,6 +61,26 @@ def _is_cpu_scalar(tensor: Any) -> bool:
     return tensor.device.type == "cpu" and tensor.dim() == 0
 
 
+def _check_foreach(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    import torch
+
+    lists = [
+        value
+        for value in (*args, *kwargs.values())
+        if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor)
+    ]
+    for slot in zip(*lists, strict=False):
+        devices = {
+            str(t.device) for t in slot if isinstance(t, torch.Tensor) and not _is_cpu_scalar(t)
+        }
+        if len(devices) > 1:
+            first, second = sorted(devices, key=lambda d: d == "cpu")[:2]
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two "
+                f"devices, {first} and {second}!"
+            )
+
+
 def device_checks() -> Any:
     """A dispatch mode raising the real device's error for the mixes the fake mode lets by,
     and drawing 0-dim CPU random numbers for real."""
@@ -74,6 +100,9 @@ def device_checks() -> Any:
             check = checked.get(func)
             if check is not None:
                 check(tuple(args))
+            name = func.__name__
+            if name.startswith("_foreach_") and not name.startswith("_foreach_copy"):
+                _check_foreach(tuple(args), kwargs)
             result = func(*args, **kwargs)
             if func in random_fills and _is_cpu_scalar(args[0]):
                 target = args[0]
