@@ -133,6 +133,17 @@ def test_writing_a_file_stops_the_prediction_and_writes_nothing(simulated_device
     assert dry_run(f"text = open({__file__!r}).read()", ns).completed  # reading is fine
 
 
+def test_a_magic_in_the_cell_stops_the_prediction_and_runs_nothing(simulated_device):
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    shell.user_ns.update(namespace(simulated_device))
+    report = dry_run("a = x * 2\n%time b = model(x)\nc = 1", shell.user_ns, shell=shell)
+    assert report.stopped is not None and report.stopped.kind == "side effect"
+    assert report.stopped.line == 2 and "magic" in report.stopped.reason
+    assert not {"a", "b", "c"} & set(shell.user_ns)
+
+
 def test_appending_to_an_outside_list_changes_only_the_copy(simulated_device):
     ns = namespace(simulated_device)
     report = dry_run("losses.append(step(x.to(DEV), y.to(DEV)))", ns)

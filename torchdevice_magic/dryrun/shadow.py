@@ -89,7 +89,16 @@ def _names_to_shadow(code: types.CodeType, namespace: Mapping[str, Any]) -> list
 def _passed_as_is(value: Any) -> bool:
     return isinstance(
         value,
-        (*_IMMUTABLE, types.ModuleType, type, types.BuiltinFunctionType, types.FunctionType),
+        (
+            *_IMMUTABLE,
+            types.ModuleType,
+            type,
+            types.BuiltinFunctionType,
+            types.FunctionType,
+            # a bound method is its object's: deep-copying it would copy that object whole
+            # (``get_ipython`` would copy the shell)
+            types.MethodType,
+        ),
     ) or _is_torch_constant(value)
 
 
@@ -126,6 +135,8 @@ def build_shadow(code: types.CodeType, namespace: Mapping[str, Any], copies: Fak
         shadow.namespace[name] = copied
         shadow.originals[name] = value
         shadow.copies[name] = copied
+    if "get_ipython" in shadow.namespace:
+        shadow.namespace["get_ipython"] = _no_shell
     for name, function in functions:
         rebound = types.FunctionType(
             function.__code__,
@@ -140,6 +151,13 @@ def build_shadow(code: types.CodeType, namespace: Mapping[str, Any], copies: Fak
         shadow.originals[name] = function
         shadow.copies[name] = rebound
     return shadow
+
+
+def _no_shell() -> Any:
+    """What ``get_ipython`` is in the shadow run: a magic or shell command in the cell (IPython
+    turns ``%time ...`` and ``!ls`` into ``get_ipython().run_...``) would run for real, in the
+    user's namespace."""
+    raise SideEffect("runs an IPython magic or shell command (it would run for real)")
 
 
 def _write_mode(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
