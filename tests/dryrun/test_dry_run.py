@@ -172,6 +172,15 @@ def test_a_function_reads_the_copies_of_the_globals_it_uses(simulated_device):
     assert "out" not in ns
 
 
+def test_a_real_tensor_the_run_could_not_copy_stops_it_and_stays_as_it_was(simulated_device):
+    library: dict = {"weight": torch.ones(3, 3, device=simulated_device)}
+    exec("def project(t):\n    return t @ weight", library)  # a global of another module
+    ns = {"torch": torch, "project": library["project"], "DEV": simulated_device}
+    report = dry_run("y = project(torch.ones(3, 3, device=DEV))", ns)
+    assert report.stopped is not None and report.stopped.kind == "not copied"
+    assert torch.equal(library["weight"].cpu(), torch.ones(3, 3)) and "y" not in ns
+
+
 def test_sizes_are_read_as_device_equals_size():
     assert parse_free("cuda:0=24GiB") == ("cuda:0", 24 * 2**30)
     assert parse_free("cpu=1.5GB") == ("cpu", 1_500_000_000)

@@ -45,6 +45,11 @@ _DATA_DEPENDENT = {
 }
 
 
+#: how a TypeError says a real tensor met a fake one: every dispatch handler declined, or an
+#: operator such as ``@`` found no method for the pair
+_REAL_TENSOR_SIGNS = ("__torch_dispatch__ handlers returned NotImplemented", "'FakeTensor' and '")
+
+
 def dry_run(
     cell: str,
     namespace: Mapping[str, Any],
@@ -250,7 +255,11 @@ def _stop(error: BaseException, line: int | None) -> Stop:
         return Stop(line, "dynamic shape", f"its result's shape depends on tensor values ({op})")
     if isinstance(error, (UnsupportedOperatorException, UnsupportedFakeTensorException)):
         return Stop(line, "unsupported", "an operator fake tensors cannot run", text)
-    if "convert all Tensors to FakeTensors" in str(error):
+    # a real tensor reaching the fake mode: torch's own message, or (a real tensor of a Python
+    # backend, a tensor subclass of its own) every dispatch handler declining it
+    if "convert all Tensors to FakeTensors" in str(error) or (
+        isinstance(error, TypeError) and any(sign in text for sign in _REAL_TENSOR_SIGNS)
+    ):
         return Stop(
             line,
             "not copied",
