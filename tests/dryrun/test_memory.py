@@ -124,6 +124,17 @@ def test_storages_alive_at_the_start_count_once_even_when_the_cell_never_reads_t
     )
 
 
+def test_a_tensor_of_the_start_that_the_cell_replaces_counts_until_it_dies() -> None:
+    forecast = _dry_run("x = x * 2\n", {"x": torch.zeros(1000)})
+    assert forecast.start == {"cpu": 1000 * F32}
+    assert forecast.peak == {"cpu": 2 * 1000 * F32}
+    assert forecast.left == {"cpu": 1000 * F32}
+    assert forecast.biggest == (
+        Allocation("cpu", 1000 * F32, None, None),
+        Allocation("cpu", 1000 * F32, 1, "x"),
+    )
+
+
 def test_the_peak_of_a_cell_that_fails_counts_what_ran_before_the_failure() -> None:
     source = "a = torch.ones(1000)\nb = torch.ones(2000)\nraise ValueError('stop')\n"
     mode = FakeTensorMode()

@@ -154,10 +154,10 @@ class _Ledger:
         self.peak[device] = self.peak.get(device, 0) + record.nbytes
 
     def resize(self, record: _Storage, nbytes: int) -> None:
-        self.clock += 1
         device = record.device
         if nbytes < record.nbytes and device in self.rising:
             self.snapshot(device)
+        self.clock += 1
         self.now[device] = self.now.get(device, 0) + nbytes - record.nbytes
         record.nbytes = nbytes
         if self.now[device] > self.peak.get(device, -1):
@@ -167,10 +167,10 @@ class _Ledger:
     def free(self, key: Any, record: _Storage) -> None:
         if not self.open or self.live.get(key) is not record:
             return
-        self.clock += 1
         device = record.device
         if device in self.rising:
             self.snapshot(device)
+        self.clock += 1
         del self.live[key]
         record.died = self.clock
         self.now[device] -= record.nbytes
@@ -192,10 +192,11 @@ class _Ledger:
         found: list[_Storage] = []
         for device, top in self.peak_top.items():
             at = self.peak_clock[device]
-            found += top
             found += [
                 r for r in self.before if r.device == device and (r.died is None or r.died > at)
             ]
+            found += top
+        # among equal sizes the older first: what was there before the run, then by birth
         return heapq.nlargest(BIGGEST_COUNT, found, key=_nbytes_of)
 
 
