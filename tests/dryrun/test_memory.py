@@ -66,7 +66,7 @@ def test_predicted_peak_is_within_ten_percent_of_memtrackers_peak_in_a_real_run(
     assert forecast.peak["cpu"] > forecast.start["cpu"]
 
 
-@pytest.mark.parametrize("name", ["mlp_adamw_step", "transformer_adam_two_steps"])
+@pytest.mark.parametrize("name", ["mlp_adamw_step", "cnn_adamw_step"])
 def test_the_counting_rule_on_a_real_run_gives_memtrackers_peak(name: str) -> None:
     real, _ = counted(_cell(name))
     assert real.peak["cpu"] == measured_by_memtracker(_cell(name))
