@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import threading
 from typing import Any
 
 import pytest
@@ -170,6 +171,29 @@ def test_a_variable_inside_a_container_and_a_line_inside_a_function_of_the_cell(
         Allocation("cpu", 5000 * F32, 2, "batch['x']"),
         Allocation("cpu", 3000 * F32, 2, "batch['y'][0]"),
     )
+
+
+def test_an_allocation_on_another_thread_takes_the_line_the_cell_waits_at() -> None:
+    """Autograd runs a device's backward on its own thread (the dispatch mode goes with it):
+    the line is where the cell's thread is, waiting in ``loss.backward()``."""
+    counter = MemoryCounter("<threaded>")
+    waiting = threading.Event()
+
+    def allocate_elsewhere() -> None:
+        waiting.wait(timeout=30)
+        counter.saw_outputs([torch.zeros(250)])
+
+    source = (
+        "import threading\n"
+        "worker = threading.Thread(target=allocate_elsewhere)\n"
+        "worker.start()\n"
+        "waiting.set(); worker.join()\n"
+    )
+    shadow = {"allocate_elsewhere": allocate_elsewhere, "waiting": waiting}
+    with FakeTensorMode(), counter:
+        exec(compile(source, "<threaded>", "exec"), shadow)
+    (allocation,) = counter.forecast(shadow).biggest
+    assert (allocation.nbytes, allocation.line) == (250 * F32, 4)
 
 
 # -- devices -----------------------------------------------------------------------------------
