@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 import torch
 from memorycells import CELLS, Cell, counted, fake_copy, measured_by_memtracker, predicted
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.optim.optimizer import _foreach_supported_types as optimizer_foreach_types
+from torch.utils._foreach_utils import _foreach_supported_types as utils_foreach_types
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from torchdevice_magic.dryrun.memory import (
     Allocation,
@@ -145,6 +148,10 @@ def test_the_peak_of_a_cell_that_fails_counts_what_ran_before_the_failure() -> N
     forecast = counter.forecast(shadow)
     assert forecast.peak == forecast.left == {"cpu": 3000 * F32}
     assert [(a.line, a.variable) for a in forecast.biggest] == [(2, "b"), (1, "a")]
+    # and torch is left as it was: no mode on the stack, the foreach checks unchanged
+    assert _get_current_dispatch_mode() is None
+    assert FakeTensor not in optimizer_foreach_types
+    assert FakeTensor not in utils_foreach_types
 
 
 # -- attribution -------------------------------------------------------------------------------
@@ -285,7 +292,7 @@ def test_predicted_peak_is_within_ten_percent_of_cuda_max_memory_allocated(name:
     cell.run(namespace)
     torch.cuda.synchronize()
     measured = torch.cuda.max_memory_allocated() - outside
-    assert forecast.start["cuda:0"] == start
+    assert abs(forecast.start["cuda:0"] - start) <= 0.01 * start, (forecast.start, start)
     assert abs(forecast.peak["cuda:0"] - measured) <= 0.10 * measured, (forecast.peak, measured)
 
 
