@@ -297,11 +297,14 @@ class MemoryCounter:
         T = self._types or TorchTypes.current()
         names: dict[int, str] = {}
         if T is not None:
-            for name, tensor in named_tensors(T, shadow_namespace):
-                found = _storage_of(T, tensor)
-                if found is not None:
-                    names.setdefault(id(found[0]), name)
-                    self._count(tensor, before=True)
+            try:
+                for name, tensor in named_tensors(T, shadow_namespace):
+                    found = _storage_of(T, tensor)
+                    if found is not None:
+                        names.setdefault(id(found[0]), name)
+                        self._count(tensor, before=True)
+            finally:
+                T.forget_types()  # the walk's per-type caches must not keep a user's class
         with self._lock:
             ledger = self._ledger
             if ledger.open:
