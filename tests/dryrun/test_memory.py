@@ -300,3 +300,20 @@ def test_a_tensor_built_from_python_data_is_an_allocation_of_its_line() -> None:
     forecast = _dry_run("x = 1\nt = torch.tensor([1.0, 2.0, 3.0])\n", {})
     assert forecast.start == {}
     assert forecast.biggest == (Allocation("cpu", 3 * F32, 2, "t"),)
+
+
+@pytest.mark.simulated
+def test_a_cell_that_moves_a_tensor_is_counted_on_both_devices(simulated_device: str) -> None:
+    namespace = {"x": torch.zeros(1000), "DEV": simulated_device}
+    source = "y = x.to(DEV)\nz = y * 2\ndel y\n"
+    with MemoryCounter("<move>") as counter:
+        exec(compile(source, "<move>", "exec"), namespace)
+    forecast = counter.forecast(namespace)
+    assert forecast.start == {"cpu": 1000 * F32}
+    assert forecast.peak == {"cpu": 1000 * F32, simulated_device: 2 * 1000 * F32}
+    assert forecast.left == {"cpu": 1000 * F32, simulated_device: 1000 * F32}
+    assert forecast.biggest == (
+        Allocation("cpu", 1000 * F32, None, "x"),
+        Allocation(simulated_device, 1000 * F32, 1, None),
+        Allocation(simulated_device, 1000 * F32, 2, "z"),
+    )
