@@ -100,19 +100,25 @@ class MemoryForecast:
 class _Storage:
     """One counted storage; holds only a weak reference to it."""
 
-    __slots__ = ("device", "nbytes", "line", "before", "died", "ref")
+    __slots__ = ("device", "nbytes", "line", "before", "born", "died", "ref")
 
     def __init__(self, device: str, nbytes: int, line: int | None, before: bool) -> None:
         self.device = device
         self.nbytes = nbytes
         self.line = line
         self.before = before  # alive before the counter started
+        self.born = 0  # the counter's clock when it was allocated (0: before the start)
         self.died: int | None = None  # the counter's clock when it died
         self.ref: weakref.ref[Any] | None = None
 
 
 def _nbytes_of(record: _Storage) -> int:
     return record.nbytes
+
+
+def _biggest_first(record: _Storage) -> tuple[int, int]:
+    """Bigger first; among equal sizes the older (what was there before the run first)."""
+    return (-record.nbytes, record.born)
 
 
 class _Ledger:
@@ -135,6 +141,7 @@ class _Ledger:
 
     def allocate(self, key: Any, record: _Storage) -> None:
         self.clock += 1
+        record.born = self.clock
         self.live[key] = record
         device = record.device
         now = self.now.get(device, 0) + record.nbytes
@@ -196,8 +203,7 @@ class _Ledger:
                 r for r in self.before if r.device == device and (r.died is None or r.died > at)
             ]
             found += top
-        # among equal sizes the older first: what was there before the run, then by birth
-        return heapq.nlargest(BIGGEST_COUNT, found, key=_nbytes_of)
+        return sorted(found, key=_biggest_first)[:BIGGEST_COUNT]
 
 
 class MemoryCounter:
