@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import threading
 from typing import Any
 
 import pytest
 import torch
 from memorycells import CELLS, Cell, counted, fake_copy, measured_by_memtracker, predicted
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.optim.optimizer import _foreach_supported_types as optimizer_foreach_types
+from torch.utils._foreach_utils import _foreach_supported_types as utils_foreach_types
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from torchdevice_magic.dryrun.memory import (
     Allocation,
@@ -66,7 +70,7 @@ def test_predicted_peak_is_within_ten_percent_of_memtrackers_peak_in_a_real_run(
     assert forecast.peak["cpu"] > forecast.start["cpu"]
 
 
-@pytest.mark.parametrize("name", ["mlp_adamw_step", "transformer_adam_two_steps"])
+@pytest.mark.parametrize("name", ["mlp_adamw_step", "cnn_adamw_step"])
 def test_the_counting_rule_on_a_real_run_gives_memtrackers_peak(name: str) -> None:
     real, _ = counted(_cell(name))
     assert real.peak["cpu"] == measured_by_memtracker(_cell(name))
@@ -124,6 +128,17 @@ def test_storages_alive_at_the_start_count_once_even_when_the_cell_never_reads_t
     )
 
 
+def test_a_tensor_of_the_start_that_the_cell_replaces_counts_until_it_dies() -> None:
+    forecast = _dry_run("x = x * 2\n", {"x": torch.zeros(1000)})
+    assert forecast.start == {"cpu": 1000 * F32}
+    assert forecast.peak == {"cpu": 2 * 1000 * F32}
+    assert forecast.left == {"cpu": 1000 * F32}
+    assert forecast.biggest == (
+        Allocation("cpu", 1000 * F32, None, None),
+        Allocation("cpu", 1000 * F32, 1, "x"),
+    )
+
+
 def test_the_peak_of_a_cell_that_fails_counts_what_ran_before_the_failure() -> None:
     source = "a = torch.ones(1000)\nb = torch.ones(2000)\nraise ValueError('stop')\n"
     mode = FakeTensorMode()
@@ -133,6 +148,10 @@ def test_the_peak_of_a_cell_that_fails_counts_what_ran_before_the_failure() -> N
     forecast = counter.forecast(shadow)
     assert forecast.peak == forecast.left == {"cpu": 3000 * F32}
     assert [(a.line, a.variable) for a in forecast.biggest] == [(2, "b"), (1, "a")]
+    # and torch is left as it was: no mode on the stack, the foreach checks unchanged
+    assert _get_current_dispatch_mode() is None
+    assert FakeTensor not in optimizer_foreach_types
+    assert FakeTensor not in utils_foreach_types
 
 
 # -- attribution -------------------------------------------------------------------------------
@@ -159,6 +178,29 @@ def test_a_variable_inside_a_container_and_a_line_inside_a_function_of_the_cell(
         Allocation("cpu", 5000 * F32, 2, "batch['x']"),
         Allocation("cpu", 3000 * F32, 2, "batch['y'][0]"),
     )
+
+
+def test_an_allocation_on_another_thread_takes_the_line_the_cell_waits_at() -> None:
+    """Autograd runs a device's backward on its own thread (the dispatch mode goes with it):
+    the line is where the cell's thread is, waiting in ``loss.backward()``."""
+    counter = MemoryCounter("<threaded>")
+    waiting = threading.Event()
+
+    def allocate_elsewhere() -> None:
+        waiting.wait(timeout=30)
+        counter.saw_outputs([torch.zeros(250)])
+
+    source = (
+        "import threading\n"
+        "worker = threading.Thread(target=allocate_elsewhere)\n"
+        "worker.start()\n"
+        "waiting.set(); worker.join()\n"
+    )
+    shadow = {"allocate_elsewhere": allocate_elsewhere, "waiting": waiting}
+    with FakeTensorMode(), counter:
+        exec(compile(source, "<threaded>", "exec"), shadow)
+    (allocation,) = counter.forecast(shadow).biggest
+    assert (allocation.nbytes, allocation.line) == (250 * F32, 4)
 
 
 # -- devices -----------------------------------------------------------------------------------
@@ -250,7 +292,7 @@ def test_predicted_peak_is_within_ten_percent_of_cuda_max_memory_allocated(name:
     cell.run(namespace)
     torch.cuda.synchronize()
     measured = torch.cuda.max_memory_allocated() - outside
-    assert forecast.start["cuda:0"] == start
+    assert abs(forecast.start["cuda:0"] - start) <= 0.01 * start, (forecast.start, start)
     assert abs(forecast.peak["cuda:0"] - measured) <= 0.10 * measured, (forecast.peak, measured)
 
 
@@ -258,3 +300,20 @@ def test_a_tensor_built_from_python_data_is_an_allocation_of_its_line() -> None:
     forecast = _dry_run("x = 1\nt = torch.tensor([1.0, 2.0, 3.0])\n", {})
     assert forecast.start == {}
     assert forecast.biggest == (Allocation("cpu", 3 * F32, 2, "t"),)
+
+
+@pytest.mark.simulated
+def test_a_cell_that_moves_a_tensor_is_counted_on_both_devices(simulated_device: str) -> None:
+    namespace = {"x": torch.zeros(1000), "DEV": simulated_device}
+    source = "y = x.to(DEV)\nz = y * 2\ndel y\n"
+    with MemoryCounter("<move>") as counter:
+        exec(compile(source, "<move>", "exec"), namespace)
+    forecast = counter.forecast(namespace)
+    assert forecast.start == {"cpu": 1000 * F32}
+    assert forecast.peak == {"cpu": 1000 * F32, simulated_device: 2 * 1000 * F32}
+    assert forecast.left == {"cpu": 1000 * F32, simulated_device: 1000 * F32}
+    assert forecast.biggest == (
+        Allocation("cpu", 1000 * F32, None, "x"),
+        Allocation(simulated_device, 1000 * F32, 1, None),
+        Allocation(simulated_device, 1000 * F32, 2, "z"),
+    )

@@ -100,19 +100,25 @@ class MemoryForecast:
 class _Storage:
     """One counted storage; holds only a weak reference to it."""
 
-    __slots__ = ("device", "nbytes", "line", "before", "died", "ref")
+    __slots__ = ("device", "nbytes", "line", "before", "born", "died", "ref")
 
     def __init__(self, device: str, nbytes: int, line: int | None, before: bool) -> None:
         self.device = device
         self.nbytes = nbytes
         self.line = line
         self.before = before  # alive before the counter started
+        self.born = 0  # the counter's clock when it was allocated (0: before the start)
         self.died: int | None = None  # the counter's clock when it died
         self.ref: weakref.ref[Any] | None = None
 
 
 def _nbytes_of(record: _Storage) -> int:
     return record.nbytes
+
+
+def _biggest_first(record: _Storage) -> tuple[int, int]:
+    """Bigger first; among equal sizes the older (what was there before the run first)."""
+    return (-record.nbytes, record.born)
 
 
 class _Ledger:
@@ -135,6 +141,7 @@ class _Ledger:
 
     def allocate(self, key: Any, record: _Storage) -> None:
         self.clock += 1
+        record.born = self.clock
         self.live[key] = record
         device = record.device
         now = self.now.get(device, 0) + record.nbytes
@@ -154,10 +161,10 @@ class _Ledger:
         self.peak[device] = self.peak.get(device, 0) + record.nbytes
 
     def resize(self, record: _Storage, nbytes: int) -> None:
-        self.clock += 1
         device = record.device
         if nbytes < record.nbytes and device in self.rising:
             self.snapshot(device)
+        self.clock += 1
         self.now[device] = self.now.get(device, 0) + nbytes - record.nbytes
         record.nbytes = nbytes
         if self.now[device] > self.peak.get(device, -1):
@@ -167,10 +174,10 @@ class _Ledger:
     def free(self, key: Any, record: _Storage) -> None:
         if not self.open or self.live.get(key) is not record:
             return
-        self.clock += 1
         device = record.device
         if device in self.rising:
             self.snapshot(device)
+        self.clock += 1
         del self.live[key]
         record.died = self.clock
         self.now[device] -= record.nbytes
@@ -192,11 +199,11 @@ class _Ledger:
         found: list[_Storage] = []
         for device, top in self.peak_top.items():
             at = self.peak_clock[device]
-            found += top
             found += [
                 r for r in self.before if r.device == device and (r.died is None or r.died > at)
             ]
-        return heapq.nlargest(BIGGEST_COUNT, found, key=_nbytes_of)
+            found += top
+        return sorted(found, key=_biggest_first)[:BIGGEST_COUNT]
 
 
 class MemoryCounter:
@@ -296,11 +303,14 @@ class MemoryCounter:
         T = self._types or TorchTypes.current()
         names: dict[int, str] = {}
         if T is not None:
-            for name, tensor in named_tensors(T, shadow_namespace):
-                found = _storage_of(T, tensor)
-                if found is not None:
-                    names.setdefault(id(found[0]), name)
-                    self._count(tensor, before=True)
+            try:
+                for name, tensor in named_tensors(T, shadow_namespace):
+                    found = _storage_of(T, tensor)
+                    if found is not None:
+                        names.setdefault(id(found[0]), name)
+                        self._count(tensor, before=True)
+            finally:
+                T.forget_types()  # the walk's per-type caches must not keep a user's class
         with self._lock:
             ledger = self._ledger
             if ledger.open:
