@@ -181,6 +181,12 @@ def test_a_real_tensor_the_run_could_not_copy_stops_it_and_stays_as_it_was(simul
     assert torch.equal(library["weight"].cpu(), torch.ones(3, 3)) and "y" not in ns
 
 
+def test_a_cell_that_does_not_compile_predicts_nothing():
+    report = dry_run("x = (", {})
+    assert report.memory is None and report.stopped is not None and report.stopped.line == 1
+    assert report.text().splitlines()[1].startswith("Nothing predicted: the cell does not compile")
+
+
 def test_sizes_are_read_as_device_equals_size():
     assert parse_free("cuda:0=24GiB") == ("cuda:0", 24 * 2**30)
     assert parse_free("cpu=1.5GB") == ("cpu", 1_500_000_000)

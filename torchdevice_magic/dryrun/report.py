@@ -94,6 +94,10 @@ class DryRunReport:
     # -- rendering ----------------------------------------------------------------------------
     def lines(self) -> list[str]:
         out = [f"Dry run on fake tensors ({self.seconds:.2f} s; nothing real was touched)"]
+        if self.memory is None and self.stopped is not None:  # the shadow run never started
+            stop = self.stopped
+            detail = f" ({stop.detail})" if stop.detail else ""
+            return [*out, f"Nothing predicted: {stop.reason}{detail}."]
         if self.diagnosis is not None:
             where = f" on line {self.error_line}" if self.error_line is not None else ""
             out.append(f"✗ The cell would raise a device error{where}:")
