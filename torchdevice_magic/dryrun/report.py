@@ -144,8 +144,18 @@ class DryRunReport:
         return self.text()
 
     def _repr_html_(self) -> str:
-        body = html.escape(self.text())
+        lines = self.lines()
+        diagnosis = ""
+        if self.diagnosis is not None:
+            # the diagnosis drawn as the real run's is (culprits, fix lines, the message)
+            shown = 1 + len(self.diagnosis.text().splitlines())
+            lines = [lines[0], lines[1], *lines[1 + shown :]]
+            diagnosis = self.diagnosis._repr_html_()
+        head, *rest = (html.escape(line) for line in lines)
+        pre = '<pre style="white-space:pre-wrap">'
+        first = rest[:1] if diagnosis else []
+        after = rest[1:] if diagnosis else rest
         return (
-            '<div class="torchdevice-magic-dryrun"><pre style="white-space:pre-wrap">'
-            f"{body}</pre></div>"
+            f'<div class="torchdevice-magic-dryrun"><p><b>{head}</b></p>'
+            f"{pre}{chr(10).join(first)}</pre>{diagnosis}{pre}{chr(10).join(after)}</pre></div>"
         )
