@@ -183,19 +183,32 @@ def _as_real_culprits(diagnosis: Any, namespace: Mapping[str, Any]) -> None:
 
 
 def _resolve(namespace: Mapping[str, Any], path: str) -> Any:
-    """``model.fc.weight`` looked up in ``namespace``; None for anything but a dotted name."""
+    """``model.fc.weight`` looked up in ``namespace``; None for anything but a dotted name.
+    Attributes are read from the instance's own dict and a module's registries, never through
+    a property (which is code)."""
     root, *attributes = path.split(".")
     if not root.isidentifier() or root not in namespace:
         return None
     value = namespace[root]
     for attribute in attributes:
-        if not attribute.isidentifier():
+        found = None
+        for registry in ("__dict__", "_parameters", "_buffers", "_modules"):
+            held = _own_dict(value, registry)
+            if attribute in held:
+                found = held[attribute]
+                break
+        if found is None:
             return None
-        try:
-            value = getattr(value, attribute)
-        except Exception:
-            return None
+        value = found
     return value
+
+
+def _own_dict(value: Any, name: str) -> Mapping[str, Any]:
+    try:
+        held = object.__getattribute__(value, name)
+    except Exception:
+        return {}
+    return held if isinstance(held, Mapping) else {}
 
 
 def _bytes_by_device(value: Any) -> dict[str, int]:
