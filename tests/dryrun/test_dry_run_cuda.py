@@ -76,6 +76,13 @@ def test_a_device_error_on_cuda_is_predicted_with_the_real_runs_culprits():
     ]
 
 
+def test_reseeding_in_a_dry_run_leaves_the_cuda_generator_as_it_was():
+    torch.cuda.init()
+    state = torch.cuda.get_rng_state()
+    dry_run("torch.manual_seed(1)\nnoise = torch.randn(4, device='cuda')", {"torch": torch})
+    assert torch.equal(torch.cuda.get_rng_state(), state)
+
+
 def test_a_step_that_would_not_fit_is_refused_before_it_runs():
     ns = namespace("adamw")
     free = torch.cuda.mem_get_info()[0]

@@ -130,9 +130,11 @@ def _run_shadow(
     import torch
 
     error: BaseException | None = None
-    # the CPU generator the shadow run draws from is the user's: forked, and restored after
+    # the generators a cell can draw from or reseed (torch.manual_seed seeds CUDA's too) are
+    # the user's: forked, and restored after; CUDA's only where it is already initialised
+    cuda = torch.cuda.is_initialized()
     with (
-        torch.random.fork_rng(devices=[]),
+        torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if cuda else []),
         copies.running(),
         MemoryCounter(filename) as counter,
         no_file_writes(),
