@@ -27,6 +27,7 @@ PAGE = ROOT / "docs" / "architecture.md"
 PURE_CORE = {
     "objects", "records", "scan", "moves", "diagnose", "devices", "ranks", "names", "units", "trace",
     "memory", "viewmodel", "protocol", "render", "firstinit",
+    "dryrun",
     "app",  # the controller: above the core, below the IPython layer, free of both
 }  # fmt: skip
 #: thin layers over the core that may import IPython / ipywidgets / traitlets / comm

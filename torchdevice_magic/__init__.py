@@ -4,7 +4,7 @@ memory; device-mismatch errors explained; safe one-click moves between devices.
     %load_ext torchdevice_magic
 
 Public API (the pure core, usable without IPython): :func:`scan`, :func:`move`,
-:func:`diagnose`, :func:`holders`, :func:`trace` (and its :class:`Tracer`); in an ipyparallel
+:func:`diagnose`, :func:`holders`, :func:`trace` (and its :class:`Tracer`), :func:`dry_run`; in an ipyparallel
 client, :func:`engines_frame` (every engine's devices). Importing this
 package never imports torch.
 """
@@ -35,7 +35,7 @@ class _Package(types.ModuleType):
 
 
 #: Public names that are functions even where a submodule of the same name exists.
-_FUNCTIONS = frozenset({"scan", "move", "diagnose", "trace", "holders"})
+_FUNCTIONS = frozenset({"scan", "move", "diagnose", "trace", "holders", "dry_run"})
 sys.modules[__name__].__class__ = _Package
 
 # protocol and render register how an Inventory is drawn (to_json; repr and notebook HTML):
@@ -93,6 +93,16 @@ def engines_frame(
     return _engines_frame(client_or_view, timeout=timeout, engine=engine)
 
 
+def dry_run(cell: str, namespace: Any, **options: Any) -> Any:
+    """Run ``cell`` on fake copies of the tensors, modules and optimizers it reads from
+    ``namespace`` (nothing real is touched) and return its ``DryRunReport``: the device error it
+    would raise (explained), its peak memory per device, the devices it would not fit on and
+    where the prediction stopped (see :mod:`.dryrun`)."""
+    from .dryrun import dry_run as _dry_run
+
+    return _dry_run(cell, namespace, **options)
+
+
 def __getattr__(name: str) -> Any:
     # the recorder as a context manager and its report type, without importing them up front
     if name in ("Tracer", "TraceReport"):
@@ -131,5 +141,6 @@ __all__ = [
     "trace",
     "holders",
     "engines_frame",
+    "dry_run",
     "__version__",
 ]

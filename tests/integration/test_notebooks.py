@@ -33,6 +33,7 @@ FAILING_CELLS = {
     "06_real_reports.ipynb": {"loss-error", "scale-error"},
     "07_meta.ipynb": set(),
     "08_engines.ipynb": {"error"},
+    "09_dry_run.ipynb": set(),
 }
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -441,3 +442,22 @@ def test_08_engines(run_notebook):
     assert re.search(rf"^0 .* {device} +3 ", after, re.M), after
     assert " cpu " not in after, after
     assert "stopped" in stream(cell(nb, "stop"))
+
+
+# -- 09: a device error and an out-of-memory error predicted before anything runs ---------------------
+
+
+def test_09_dry_run(run_notebook):
+    nb = run_notebook("09_dry_run.ipynb")
+    device = f"{device_of(nb)}:0"
+    error = shown(cell(nb, "dry-error"))
+    assert "The cell would raise a device error on line 1" in error
+    assert "x (Tensor, 1.0 MiB) is on cpu" in error and f"is on {device}" in error
+    assert f'x = x.to("{device}")' in error
+    oom = shown(cell(nb, "dry-oom"))
+    assert "✓ No device error up to where the prediction stopped." in oom
+    assert f"Would run out of memory: would need 320.8 MiB on {device}, 256.0 MiB free" in oom
+    assert "Stopped at line 4: reads a tensor's value" in oom
+    sgd = shown(cell(nb, "dry-sgd"))
+    assert "✓ No device error." in sgd and "Would run out of memory" not in sgd
+    assert stream(cell(nb, "untouched")).split() == ["False", "True", "0"]

@@ -73,6 +73,21 @@ class DeviceMagics(Magics):
         help="Trace the cell's tensor ops: the first op that mixes devices (line, module, "
         "variables), copies between devices and values read back to the host, per line.",
     )
+    @argument(
+        "--dry-run",
+        action="store_true",
+        help="Do not run the cell: run it on fake copies of what it reads (shapes and devices, "
+        "no data, nothing real touched) and predict the device error it would raise, its peak "
+        "memory per device, whether that fits, and where the prediction stops.",
+    )
+    @argument(
+        "--free",
+        metavar="DEVICE=SIZE",
+        action="append",
+        default=[],
+        help="With --dry-run: compare with SIZE free on DEVICE (cuda:0=24GiB) instead of the "
+        "device's own free memory. Repeatable.",
+    )
     @argument("--quiet", action="store_true", help="Report only warnings and errors.")
     @argument(
         "--all", action="store_true", help="Report the whole namespace, not just the cell's names."
@@ -93,10 +108,16 @@ class DeviceMagics(Magics):
             %%devicecheck --trace
             for batch in loader:
                 loss = model(batch.to("cuda")).sum()
+
+            %%devicecheck --dry-run --free cuda:0=24GiB
+            loss = model(batch.to("cuda")).sum(); loss.backward(); opt.step()
         """
         args = parse_argstring(self.devicecheck, line)
         session = self.session
         target = self._checked_device(args.device, "-d") if args.device else None
+        if args.dry_run or args.free:
+            self._dry_run(cell, args, target or session.config.default_device or None)
+            return
         # --to moves, like the buttons: meta only where allow_meta_target is on
         move_to = (
             self._checked_device(args.to, "--to", allow_meta=session.config.allow_meta_target)
@@ -173,6 +194,24 @@ class DeviceMagics(Magics):
             if args.strict:
                 raise MixedDevicesError(message)
             print(f"⚠ {message}")
+
+    def _dry_run(self, cell: str, args: Any, target: str | None) -> None:
+        if not args.dry_run:
+            raise UsageError("--free goes with --dry-run")
+        if args.to or args.trace or args.strict:
+            raise UsageError("--dry-run runs nothing for real: no --to, --trace or --strict")
+        if "torch" not in sys.modules:  # never imported on the user's behalf
+            print("%%devicecheck --dry-run: torch is not imported yet, nothing to predict")
+            return
+        from ..dryrun import dry_run, parse_free
+
+        try:
+            free = dict(parse_free(text) for text in args.free)
+        except ValueError as error:
+            raise UsageError(f"--free: {error}") from None
+        namespace = self.session.namespace
+        report = dry_run(cell, namespace, shell=self.shell, target=target, free=free)
+        self.session.show(report)
 
     def _tracer(self, cell: str) -> Any:
         if "torch" not in sys.modules:  # never imported on the user's behalf
