@@ -381,6 +381,25 @@ def test_each_cell_sends_one_message_with_only_its_own_timeline_rows(channel, sh
     assert fake.sent == []
 
 
+def test_a_cell_whose_window_has_nothing_to_say_sends_its_timeline_rows_alone(channel, shell):
+    """Rebinding a name to a tensor of the same size changes no row and no total: the chart's
+    row goes in a ``timeline`` message of its own, still one message, following the last."""
+    session, fake = channel
+    mirror = Mirror()
+    shell.run_cell("y = torch.zeros(5)", store_history=True)
+    for message in fake.sent:
+        mirror.apply(message)
+    fake.sent.clear()
+    result = shell.run_cell("y = torch.ones(5)", store_history=True)
+    [message] = fake.sent
+    assert message["type"] == "timeline"
+    protocol.check_timeline(message)
+    assert message["follows"] == mirror.chart_seq
+    assert [row["cell"] for row in message["rows"]] == [result.execution_count]
+    mirror.apply(message)
+    assert mirror.chart == protocol.timeline(session.app.timeline.to_json())["rows"]
+
+
 def test_importing_torch_later_sends_a_whole_view():
     from IPython.testing.globalipapp import get_ipython
 
