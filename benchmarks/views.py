@@ -20,7 +20,8 @@ a Move (both answered with a full scan):
   but on a shared machine it is mostly waiting for a core; so the CPU time each kernel
   process spent on the cell (all its threads, the one that sends the comm messages too,
   from ``/proc/<pid>/task/*/schedstat``, in ns) is measured as well: ``cpu added``;
-- sent per cell: the JSON of the comm messages that cell caused (median);
+- sent per cell: the JSON of the comm messages that cell caused, and how many (``msgs``)
+  (medians);
 - opening the sidebar: the comm closed and opened again, ``comm_open`` -> first ``view``
   (and the kernel's CPU time for it: ``open cpu``).
 
@@ -70,6 +71,10 @@ class Kernel:
     printed: list[str] = field(default_factory=list)
     #: the kernel process's CPU seconds spent on the last cell run (None: not on Linux)
     last_cpu: float | None = None
+    #: comm messages the last request caused
+    last_messages: int = 0
+    #: the protocol version the kernel's messages carry (the checkout's, for our requests)
+    version: int = 0
 
     def __post_init__(self) -> None:
         self.manager = KernelManager(kernel_name="python3")
@@ -93,6 +98,7 @@ class Kernel:
         first ``view`` on our comm came, or 0.0)."""
         sent = 0
         seen = 0.0
+        self.last_messages = 0
         while True:
             message = self.client.get_iopub_msg(timeout=900)
             if message["parent_header"].get("msg_id") != parent:
@@ -102,6 +108,8 @@ class Kernel:
             if kind == "comm_msg":
                 data = content.get("data", {})
                 sent += _wire_size(data)
+                self.last_messages += 1
+                self.version = data.get("version", self.version)
                 if not seen and data.get("type") == "view":
                     seen = time.perf_counter()
             elif kind == "comm_open" and content.get("target_name") == TARGET:
@@ -165,7 +173,13 @@ class Kernel:
 
     def request(self, kind: str, **fields: Any) -> float:
         """A sidebar request (refresh, move): seconds until the kernel is idle again."""
-        data = {"protocol": TARGET, "version": 2, "type": kind, "request_id": kind, **fields}
+        data = {
+            "protocol": TARGET,
+            "version": self.version,
+            "type": kind,
+            "request_id": kind,
+            **fields,
+        }
         start = time.perf_counter()
         parent = self._shell("comm_msg", {"comm_id": self.comm_id, "data": data})
         self._until_idle(parent)
@@ -186,6 +200,7 @@ def per_cell(with_ext: Kernel, without: Kernel, size: int, cells: int) -> dict[s
     timed: list[float] = []
     base: list[float] = []
     sent: list[int] = []
+    messages: list[int] = []
     cpu: list[float] = []
     cpu_base: list[float] = []
     for index in range(cells + 2):
@@ -195,6 +210,7 @@ def per_cell(with_ext: Kernel, without: Kernel, size: int, cells: int) -> dict[s
             timed.append(took)
             base.append(plain)
             sent.append(size_sent)
+            messages.append(with_ext.last_messages)
             if with_ext.last_cpu is not None and without.last_cpu is not None:
                 cpu.append(with_ext.last_cpu)
                 cpu_base.append(without.last_cpu)
@@ -203,6 +219,7 @@ def per_cell(with_ext: Kernel, without: Kernel, size: int, cells: int) -> dict[s
         "added_ms": (statistics.median(timed) - statistics.median(base)) * 1e3,
         "quartiles_ms": _added_quartiles(timed, base),
         "sent_kb": statistics.median(sent) / 1000,
+        "messages": statistics.median(messages),
         "cpu_added_ms": (statistics.median(cpu) - statistics.median(cpu_base)) * 1e3
         if cpu
         else float("nan"),
@@ -266,7 +283,7 @@ def one_go(sizes: list[int], cells: int) -> list[dict[str, Any]]:
 
 HEADER = (
     f"{'path':7} {'N':>8} {'phase':14} {'cell w/o':>9} {'added/cell':>10} {'(q1 – q3)':>16}"
-    f" {'cpu added':>10} {'sent/cell':>10} {'open':>9} {'open cpu':>9} {'window':>8}"
+    f" {'cpu added':>10} {'sent/cell':>10} {'msgs':>4} {'open':>9} {'open cpu':>9} {'window':>8}"
     f" {'action':>9}"
 )
 
@@ -277,7 +294,7 @@ def print_row(row: dict[str, Any]) -> None:
     print(
         f"{row['path']:7} {row['n']:>8,} {row['phase']:14} {row['cell_ms']:6.1f} ms"
         f" {row['added_ms']:7.1f} ms ({q1:6.1f} – {q3:5.1f}) {row['cpu_added_ms']:7.1f} ms"
-        f" {row['sent_kb']:7.2f} kB"
+        f" {row['sent_kb']:7.2f} kB {row['messages']:4g}"
         f" {row['open_ms']:6.0f} ms {row['open_cpu_ms']:6.0f} ms {row['first_kb']:5.1f} kB"
         f" {action:>9}",
         flush=True,

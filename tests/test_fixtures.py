@@ -106,6 +106,7 @@ def delta_sequence():
                     header=None,
                     window=delta.to_wire(),
                     last_action=None,
+                    timeline=None,
                 )
             )
             seq += 1

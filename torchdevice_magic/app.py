@@ -376,15 +376,24 @@ class DeviceController:
 
         return explain_oom(error, self.namespace, inventory=self.inventory)
 
-    def timeline_message(self, since: int = 0, follows: int | None = None) -> dict[str, Any] | None:
-        """The sidebar's ``timeline`` message: the rows recorded after the first ``since``
-        (0: the whole chart), following the timeline message numbered ``follows`` on the
-        same comm. None when there is no such row."""
+    def timeline_update(self, since: int = 0, follows: int | None = None) -> dict[str, Any] | None:
+        """The memory chart's rows (a protocol ``Timeline``) recorded after the first ``since``
+        (0: the whole chart), following the message numbered ``follows`` on the same comm that
+        carried the rows before them. None when there is no such row."""
         new = self.timeline.recorded - since
         if not self.timeline.rows or new <= 0:
             return None
         rows = self.timeline.to_json(min(new, protocol.TIMELINE_ROWS))
-        return protocol.timeline(rows, seq=self.seq, follows=follows)
+        return protocol.timeline_update(rows, follows)
+
+    def timeline_message(self, since: int = 0, follows: int | None = None) -> dict[str, Any] | None:
+        """:meth:`timeline_update` as a ``timeline`` message of its own, or None."""
+        update = self.timeline_update(since, follows)
+        if update is None:
+            return None
+        message = protocol.envelope("timeline", seq=self.seq, **update)
+        protocol.check_timeline(message)
+        return message
 
     # -- warnings ----------------------------------------------------------------------------
     def meta_call_warnings(

@@ -1,4 +1,4 @@
-"""The wire schema (version 2) between the kernel and the JupyterLab sidebar.
+"""The wire schema (version 3) between the kernel and the JupyterLab sidebar.
 
 One definition: :data:`STRUCTS` (the shapes) and :data:`MESSAGES` (every message type, in one
 table, with its direction and fields). The sidebar's TypeScript types in
@@ -13,14 +13,17 @@ The conversation::
     sidebar sends ``window``           -> ``view`` for that sort / filter / page / target
     after a cell, if its window or totals changed -> ``delta`` (rows upserted / removed, the
                                           new key order when it changed, the header if changed,
-                                          the outcome of a move or undo made since, wherever)
+                                          the outcome of a move or undo made since, wherever,
+                                          the memory chart's new rows: one message per cell)
     a cell that changed nothing tensor-related    -> nothing
     ``refresh`` / ``move`` / ``undo``  -> ``reply`` (the outcome, skip reasons in words), then
                                           ``delta`` or ``view``
     ``%unload_ext``                    -> ``unloaded``, then the comm closes
     a one-click fix under a diagnosis  -> ``rerun`` (the notebook runs that cell again)
-    after a cell that changed tensors  -> ``timeline`` too (memory per cell: the chart; the
-                                          rows recorded since the last one, which it follows)
+    after a cell that changed tensors  -> the memory chart's rows recorded since the last ones
+                                          (``Timeline``, which they follow) inside that cell's
+                                          ``delta`` or ``view``; a ``timeline`` message of their
+                                          own only when the sidebar's window had nothing to send
 
 Every request is checked against the table before anything runs: a message that does not
 match raises :class:`ProtocolError` (the kernel answers with an error reply, nothing runs).
@@ -37,7 +40,7 @@ from .scan import register_drawing
 from .viewmodel import MAX_LIMIT, SORTS, WindowSpec, timeline_texts
 
 PROTOCOL_NAME = "torchdevice_magic"
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 COMM_TARGET = "torchdevice_magic"
 _MAX_NAMES_PER_REQUEST = 100_000
 _MAX_STRING = 1000
@@ -115,6 +118,10 @@ STRUCTS: dict[str, dict[str, str]] = {
         "label": "str",  # over the device's chart: held, of it outside, the last change
         "tooltip": "str",  # one point's: the cell, its change, the peak, what grew, the note
     },
+    # the memory chart's rows recorded since the ones sent before (protocol.timeline_update):
+    # ``follows`` null: they are the whole chart; else the seq of the message that carried the
+    # rows they come after
+    "Timeline": {"rows": "list[TimelineRow]", "follows": "int?"},
     "Outcome": {
         "action": "str",
         "ok": "bool",
@@ -160,16 +167,19 @@ MESSAGES: dict[str, dict[str, Any]] = {
             "window": "Window",
             "last_action": "Outcome?",
             "live": "bool",
+            "timeline": "Timeline?",
         },
     },
     "delta": {
         "from": "kernel",
-        # last_action: the outcome of a move or undo since the message before, else null
+        # last_action: the outcome of a move or undo since the message before, else null;
+        # timeline: the memory chart's rows recorded since, else null
         "fields": {
             "base": "int",
             "header": "Header?",
             "window": "WindowDelta",
             "last_action": "Outcome?",
+            "timeline": "Timeline?",
         },
     },
     "reply": {
@@ -177,10 +187,9 @@ MESSAGES: dict[str, dict[str, Any]] = {
         "fields": {"request_id": "str", "ok": "bool", "message": "str", "outcome": "Outcome?"},
     },
     "unloaded": {"from": "kernel", "fields": {"message": "str"}},
-    # memory per cell and device, oldest first, at most TIMELINE_ROWS (memory). ``follows``
-    # null: the rows are the whole chart (the first timeline on this comm); else the seq of
-    # the timeline message they follow: only the rows recorded since, to add to it
-    "timeline": {"from": "kernel", "fields": {"rows": "list[TimelineRow]", "follows": "int?"}},
+    # memory per cell and device, oldest first, at most TIMELINE_ROWS (memory): a Timeline
+    # of its own, sent only after a cell whose rows found no view or delta to travel in
+    "timeline": {"from": "kernel", "fields": STRUCTS["Timeline"]},
     # after a one-click fix under a diagnosis: the notebook runs that cell again (diagnose)
     "rerun": {"from": "kernel", "fields": {"cell_id": "str"}},
     # the answer to ``gather_engines``: every engine's summary (one small message per engine
@@ -398,22 +407,28 @@ _TIMELINE_TEXTS = ("label", "tooltip")
 _TIMELINE_FACTS = tuple(f for f in STRUCTS["TimelineRow"] if f not in _TIMELINE_TEXTS)
 
 
-def timeline(
-    rows: list[dict[str, Any]], *, seq: int = 0, follows: int | None = None
-) -> dict[str, Any]:
-    """The ``timeline`` message from :meth:`memory.Timeline.to_json` rows (the last
-    ``TIMELINE_ROWS``) with their words (:func:`viewmodel.timeline_texts`), checked against the
-    schema before it is sent. ``follows``: the seq of the timeline message on the same comm
-    that these rows come after (None: they are the whole chart)."""
-    message = envelope(
-        "timeline",
-        seq=seq,
-        follows=follows,
-        rows=[
+def timeline_update(rows: list[dict[str, Any]], follows: int | None = None) -> dict[str, Any]:
+    """The memory chart's rows (a ``Timeline``) from :meth:`memory.Timeline.to_json` rows (the
+    last ``TIMELINE_ROWS``) with their words (:func:`viewmodel.timeline_texts`), checked
+    against the schema: it travels inside a ``delta`` or ``view``, or in a ``timeline``
+    message. ``follows``: the seq of the message on the same comm that carried the rows these
+    come after (None: they are the whole chart)."""
+    update = {
+        "rows": [
             {**{key: row[key] for key in _TIMELINE_FACTS}, **timeline_texts(row)}
             for row in rows[-TIMELINE_ROWS:]
         ],
-    )
+        "follows": follows,
+    }
+    check_timeline_update(update)
+    return update
+
+
+def timeline(
+    rows: list[dict[str, Any]], *, seq: int = 0, follows: int | None = None
+) -> dict[str, Any]:
+    """A ``timeline`` message of its own: :func:`timeline_update` in an envelope."""
+    message = envelope("timeline", seq=seq, **timeline_update(rows, follows))
     check_timeline(message)
     return message
 
@@ -423,9 +438,19 @@ def check_timeline(message: Any) -> None:
     if not isinstance(message, dict) or message.get("type") != "timeline":
         raise ProtocolError("not a timeline message")
     check_message(message)
-    if len(message["rows"]) > TIMELINE_ROWS:
+    _check_timeline_rows(message["rows"])
+
+
+def check_timeline_update(update: Any) -> None:
+    """Assert the shape of a ``Timeline`` (inside a delta or view, or a message's fields)."""
+    check(update, "Timeline", "timeline")
+    _check_timeline_rows(update["rows"])
+
+
+def _check_timeline_rows(rows: list[Any]) -> None:
+    if len(rows) > TIMELINE_ROWS:
         raise ProtocolError(f"timeline: 'rows' must be a list of at most {TIMELINE_ROWS}")
-    for row in message["rows"]:
+    for row in rows:
         for change in row["changes"]:
             if (
                 not isinstance(change, list)
@@ -470,7 +495,13 @@ def snapshot(
     records = inventory.records if inventory.torch_imported else []
     shown = window(records, spec or WindowSpec(), top.target)
     return envelope(
-        "view", seq=seq, header=top.to_wire(), window=shown.to_wire(), last_action=None, live=True
+        "view",
+        seq=seq,
+        header=top.to_wire(),
+        window=shown.to_wire(),
+        last_action=None,
+        live=True,
+        timeline=None,
     )
 
 

@@ -3,9 +3,10 @@
  * over the comm transport (kernel.ts); the panel sees it as an
  * `IDeviceSource` (tokens.ts).
  *
- * - protocol v2: the sidebar asks for windows (sort, filter, page, target);
+ * - protocol v3: the sidebar asks for windows (sort, filter, page, target);
  *   after a cell the kernel sends a `delta` of that window, applied to the
- *   mirror (window.ts). A delta that does not follow the last message makes us
+ *   mirror (window.ts), with the memory chart's new rows inside it (one
+ *   message per cell). A delta that does not follow the last message makes us
  *   ask for the window again.
  * - the transport dropping the comm (restart, dead kernel, another kernel)
  *   and `%unload_ext` (the kernel sends `unloaded`) make us forget the window
@@ -23,6 +24,7 @@ import {
   FromKernel,
   IEnginesMessage,
   IReplyMessage,
+  ITimeline,
   IWindowSpec,
   PROTOCOL_NAME,
   PROTOCOL_VERSION
@@ -244,6 +246,10 @@ export class DeviceConnection implements IDeviceSource {
       this._view = { ...this._view, seq: message.seq };
     }
     this.messageReceived.emit(message);
+    if ((message.type === 'view' || message.type === 'delta') && message.timeline) {
+      // the memory chart's new rows travel inside the cell's view or delta
+      this._onTimeline(message.seq, message.timeline);
+    }
     switch (message.type) {
       case 'view':
         this.received.view += 1;
@@ -264,12 +270,9 @@ export class DeviceConnection implements IDeviceSource {
         this._onReply(message);
         break;
       case 'timeline':
-        // the memory chart's new rows (timeline.ts), added to those it has; rows it
-        // cannot draw are dropped
-        if (timelineProblem(message) === null) {
-          this._timeline = mergeTimeline(this._timeline, message as unknown as ITimelineMessage);
-          this.changed.emit();
-        }
+        // the chart's new rows by themselves: the sidebar's window had nothing to say
+        this._onTimeline(message.seq, message);
+        this.changed.emit();
         break;
       case 'engines':
         this._engines = message;
@@ -315,6 +318,24 @@ export class DeviceConnection implements IDeviceSource {
     }
     this._channel.markReady();
     this.changed.emit();
+  }
+
+  /**
+   * The memory chart's new rows (timeline.ts), carried by the message numbered
+   * `seq`, added to those it has; rows it cannot draw are dropped.
+   */
+  private _onTimeline(seq: number, update: ITimeline): void {
+    const message = {
+      protocol: PROTOCOL_NAME,
+      version: PROTOCOL_VERSION,
+      type: 'timeline',
+      seq,
+      rows: update.rows,
+      follows: update.follows
+    };
+    if (timelineProblem(message) === null) {
+      this._timeline = mergeTimeline(this._timeline, message as unknown as ITimelineMessage);
+    }
   }
 
   private _onReply(reply: IReplyMessage): void {

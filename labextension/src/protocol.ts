@@ -2,7 +2,7 @@
 // Do not edit: change the tables there and regenerate (tests/test_protocol.py checks).
 
 export const PROTOCOL_NAME = 'torchdevice_magic';
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 export const COMM_TARGET = 'torchdevice_magic';
 
 export interface IAction {
@@ -103,6 +103,11 @@ export interface ITimelineRow {
   tooltip: string;
 }
 
+export interface ITimeline {
+  rows: ITimelineRow[];
+  follows: number | null;
+}
+
 export interface IOutcome {
   action: string;
   ok: boolean;
@@ -155,6 +160,7 @@ export interface IViewMessage extends IEnvelope {
   window: IWindow;
   last_action: IOutcome | null;
   live: boolean;
+  timeline: ITimeline | null;
 }
 
 export interface IDeltaMessage extends IEnvelope {
@@ -164,6 +170,7 @@ export interface IDeltaMessage extends IEnvelope {
   header: IHeader | null;
   window: IWindowDelta;
   last_action: IOutcome | null;
+  timeline: ITimeline | null;
 }
 
 export interface IReplyMessage extends IEnvelope {
@@ -328,6 +335,10 @@ export const SCHEMA = {
       "label": "str",
       "tooltip": "str"
     },
+    "Timeline": {
+      "rows": "list[TimelineRow]",
+      "follows": "int?"
+    },
     "Outcome": {
       "action": "str",
       "ok": "bool",
@@ -370,7 +381,8 @@ export const SCHEMA = {
         "header": "Header",
         "window": "Window",
         "last_action": "Outcome?",
-        "live": "bool"
+        "live": "bool",
+        "timeline": "Timeline?"
       }
     },
     "delta": {
@@ -379,7 +391,8 @@ export const SCHEMA = {
         "base": "int",
         "header": "Header?",
         "window": "WindowDelta",
-        "last_action": "Outcome?"
+        "last_action": "Outcome?",
+        "timeline": "Timeline?"
       }
     },
     "reply": {

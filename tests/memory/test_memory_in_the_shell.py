@@ -163,7 +163,7 @@ def test_timeline_message_is_schema_checked_and_follows_the_snapshot(ip):
 
     sent = []
 
-    class Channel:  # a sidebar's comm (protocol v2: opening it gets the first window)
+    class Channel:  # a sidebar's comm (opening it gets the first window)
         comm_id = "fake"
 
         def send(self, data):
@@ -180,12 +180,17 @@ def test_timeline_message_is_schema_checked_and_follows_the_snapshot(ip):
         run(ip, "losses.append(torch.ones(3, requires_grad=True).exp().sum())")
     finally:
         session.channel._detach("fake")
-    # the window's delta after the cell, then the memory chart's rows
-    assert [m["type"] for m in sent] == ["view", "delta", "timeline"]
-    for message in sent:
-        protocol.check_message(message)
+    # the window's delta after the cell, the memory chart's rows inside it
+    assert [m["type"] for m in sent] == ["view", "delta"]
+    for each in sent:
+        protocol.check_message(each)
+    update = sent[-1]["timeline"]
+    protocol.check_timeline_update(update)
+    assert update["rows"][-1]["delta"] == last["delta"]
     with pytest.raises(protocol.ProtocolError):
         protocol.check_timeline({**message, "rows": [{**last, "bytes": "12"}]})
+    with pytest.raises(protocol.ProtocolError):
+        protocol.check_timeline_update({**update, "rows": [{**last, "changes": [["x", "12"]]}]})
 
 
 @pytest.mark.parametrize("recount_above", [2000, 0])

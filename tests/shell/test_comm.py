@@ -69,7 +69,8 @@ def state(shell):
 
 
 class Mirror:
-    """What the sidebar keeps: the last view, with each delta applied (as connection.ts does)."""
+    """What the sidebar keeps: the last view, with each delta applied, and the memory chart's
+    rows added up (as connection.ts and timeline.ts's mergeTimeline do)."""
 
     def __init__(self) -> None:
         self.header = None
@@ -77,9 +78,17 @@ class Mirror:
         self.order: list = []
         self.matching = self.total = 0
         self.seq = 0
+        self.chart: list = []
+        self.chart_seq: int | None = None
 
     def apply(self, message: dict) -> None:
         protocol.check_message(message)
+        update = message if message["type"] == "timeline" else message.get("timeline")
+        if update is not None:
+            protocol.check_timeline_update({"rows": update["rows"], "follows": update["follows"]})
+            follows = update["follows"] is not None and update["follows"] == self.chart_seq
+            self.chart = self.chart + update["rows"] if follows else update["rows"]
+            self.chart_seq = message["seq"]
         if message["type"] == "view":
             self.header = message["header"]
             window = message["window"]
@@ -288,12 +297,13 @@ def test_cells_push_deltas_and_nothing_when_nothing_changed(channel, shell):
     for message in fake.sent:
         mirror.apply(message)
     fake.sent.clear()
-    shell.run_cell("y = torch.zeros(5)")
-    # the window's delta, then the memory chart's rows (another part's row of the table)
-    assert kinds(fake.sent) == ["delta", "timeline"]
+    result = shell.run_cell("y = torch.zeros(5)", store_history=True)
+    # one message per cell: the window's delta, the memory chart's new rows inside it
+    assert kinds(fake.sent) == ["delta"]
     for message in fake.sent:
         mirror.apply(message)
     assert "y" in mirror.names()
+    assert mirror.chart[-1]["cell"] == result.execution_count
     fake.sent.clear()
     shell.run_cell("n = 1 + 1")  # nothing tensor-related
     assert fake.sent == []
@@ -341,30 +351,53 @@ def test_a_move_made_outside_the_sidebar_reaches_it_in_the_delta(channel, shell)
     assert "y" in mirror.names()
 
 
-def test_each_cell_sends_only_its_own_timeline_rows(channel, shell):
-    """The memory chart's rows go out once: the first timeline on a comm is the whole chart,
-    every later one the rows of the cells since, following it; the sidebar's chart (the rows
-    added up, as connection.ts's mergeTimeline does) equals the whole chart."""
+def test_each_cell_sends_one_message_with_only_its_own_timeline_rows(channel, shell):
+    """One message per cell and sidebar: the memory chart's rows travel inside the cell's
+    delta, once: the first on a comm is the whole chart, every later one the rows of the
+    cells since, following it; the sidebar's chart (the rows added up, as connection.ts's
+    mergeTimeline does) equals the whole chart."""
     session, fake = channel
-    chart: list = []
+    mirror = Mirror()
+    for message in fake.sent:
+        mirror.apply(message)
     follows = None
     for index in range(5):
         fake.sent.clear()
         result = shell.run_cell(f"w{index} = torch.zeros({index + 2})", store_history=True)
-        [message] = [m for m in fake.sent if m["type"] == "timeline"]
-        protocol.check_timeline(message)
-        assert message["follows"] == follows
-        cells = [row["cell"] for row in message["rows"]]
+        [message] = fake.sent
+        assert message["type"] == "delta"
+        mirror.apply(message)
+        update = message["timeline"]
+        assert update["follows"] == follows
+        cells = [row["cell"] for row in update["rows"]]
         if follows is None:  # the cell run before the sidebar opened is in the first
             assert len(cells) == 2 and cells[-1] == result.execution_count
         else:
             assert cells == [result.execution_count]
-        chart = message["rows"] if follows is None else chart + message["rows"]
         follows = message["seq"]
-    assert chart == protocol.timeline(session.app.timeline.to_json())["rows"]
+    assert mirror.chart == protocol.timeline(session.app.timeline.to_json())["rows"]
     fake.sent.clear()
     shell.run_cell("n = 3")  # nothing tensor-related, no new row: no timeline either
     assert fake.sent == []
+
+
+def test_a_cell_whose_window_has_nothing_to_say_sends_its_timeline_rows_alone(channel, shell):
+    """Rebinding a name to a tensor of the same size changes no row and no total: the chart's
+    row goes in a ``timeline`` message of its own, still one message, following the last."""
+    session, fake = channel
+    mirror = Mirror()
+    shell.run_cell("y = torch.zeros(5)", store_history=True)
+    for message in fake.sent:
+        mirror.apply(message)
+    fake.sent.clear()
+    result = shell.run_cell("y = torch.ones(5)", store_history=True)
+    [message] = fake.sent
+    assert message["type"] == "timeline"
+    protocol.check_timeline(message)
+    assert message["follows"] == mirror.chart_seq
+    assert [row["cell"] for row in message["rows"]] == [result.execution_count]
+    mirror.apply(message)
+    assert mirror.chart == protocol.timeline(session.app.timeline.to_json())["rows"]
 
 
 def test_importing_torch_later_sends_a_whole_view():

@@ -1,9 +1,10 @@
 """The kernel end of the JupyterLab sidebar's channel: comm target ``torchdevice_magic``.
 
-Protocol v2 (:mod:`.protocol`): opening the comm gets the first window (the 200 biggest rows)
+Protocol v3 (:mod:`.protocol`): opening the comm gets the first window (the 200 biggest rows)
 at once; the sidebar asks for other windows (sort, filter, page, target); after each cell the
-kernel sends only what changed in that window and in the header (a ``delta``), and nothing at
-all when the cell changed nothing tensor-related. ``refresh`` / ``move`` / ``undo`` go to the
+kernel sends only what changed in that window and in the header (a ``delta``, the memory
+chart's new rows inside it: one message per cell), and nothing at all when the cell changed
+nothing tensor-related. ``refresh`` / ``move`` / ``undo`` go to the
 controller (:class:`torchdevice_magic.app.DeviceController`). Every request is validated by
 :func:`protocol.parse_request` first: nothing a message says is ever executed as code. All
 figures come from :mod:`.viewmodel`.
@@ -156,42 +157,46 @@ class SidebarChannel:
             window=window.to_wire(),
             last_action=app.last_action,
             live=True,
+            timeline=None,
         )
 
     def push(self, app: DeviceController) -> None:
-        """After a cell or an action: send each sidebar what changed, or nothing."""
+        """After a cell or an action: send each sidebar what changed, or nothing; one message
+        per sidebar, the memory chart's new rows (torchdevice_magic.memory) inside it."""
         if not self.comms:
             return
-        sent = self._push_window(app)
-        if sent:
-            # the memory chart's rows (torchdevice_magic.memory), after what changed; a cell
-            # that changed nothing tensor-related sends nothing, this included
-            for subscriber in list(self.comms.values()):
-                self._push_timeline(app, subscriber)
+        outgoing = self._window_messages(app)
+        if outgoing is None:
+            return  # a cell that changed nothing tensor-related sends nothing, no chart row
+        for comm_id, subscriber in list(self.comms.items()):
+            message = outgoing.get(comm_id)
+            update = app.timeline_update(subscriber.timeline_rows, subscriber.timeline_seq)
+            if update is not None:
+                if message is None:  # its window had nothing to say: the rows go by themselves
+                    subscriber.seq += 1
+                    message = protocol.envelope("timeline", seq=subscriber.seq, **update)
+                else:
+                    message["timeline"] = update
+                # the sidebar keeps the chart's cells: a cell costs its own rows, never the
+                # history again
+                subscriber.timeline_seq = message["seq"]
+                subscriber.timeline_rows = app.timeline.recorded
+            if message is not None:
+                self._send(subscriber, message)
 
-    def _push_timeline(self, app: DeviceController, subscriber: _Subscriber) -> None:
-        """Send the timeline rows recorded since this sidebar's last timeline message: it
-        keeps the chart's cells, so a cell costs its own rows, never the history again."""
-        message = app.timeline_message(subscriber.timeline_rows, subscriber.timeline_seq)
-        if message is None:
-            return
-        subscriber.seq += 1
-        self._send(subscriber, {**message, "seq": subscriber.seq})
-        subscriber.timeline_seq = subscriber.seq
-        subscriber.timeline_rows = app.timeline.recorded
-
-    def _push_window(self, app: DeviceController) -> bool:
-        """Send each sidebar its window's delta (or whole view); whether anything
-        tensor-related changed (then the memory timeline follows)."""
+    def _window_messages(self, app: DeviceController) -> dict[str, dict[str, Any]] | None:
+        """Each sidebar's window delta (or whole view) by comm id, not sent yet; None when
+        nothing tensor-related changed (then no memory timeline row goes either)."""
         sent = False
+        outgoing: dict[str, dict[str, Any]] = {}
         inventory = app.current_inventory()
-        for subscriber in list(self.comms.values()):
+        for comm_id, subscriber in list(self.comms.items()):
             live = subscriber.live
             if live.window is None or (
                 subscriber.header is not None
                 and subscriber.header["torch_imported"] != inventory.torch_imported
             ):
-                self._send(subscriber, self._view(subscriber))
+                outgoing[comm_id] = self._view(subscriber)
                 sent = True
                 continue
             delta = live.update(inventory)
@@ -211,8 +216,7 @@ class SidebarChannel:
             if header.target != live.target:
                 # the default target changed (a device appeared, meta was turned on): the
                 # rows' buttons depend on it, so send the whole window again
-                self._send(subscriber, self._view(subscriber))
-                sent = True
+                outgoing[comm_id] = self._view(subscriber)
                 continue
             wire = header.to_wire()
             changed_header = wire != subscriber.header
@@ -225,18 +229,16 @@ class SidebarChannel:
                 from ..viewmodel import Delta
 
                 delta = Delta((), (), None, live.window.matching, live.window.total)
-            self._send(
-                subscriber,
-                protocol.envelope(
-                    "delta",
-                    seq=subscriber.seq,
-                    base=base,
-                    header=wire if changed_header else None,
-                    window=delta.to_wire(),
-                    last_action=app.last_action if acted else None,
-                ),
+            outgoing[comm_id] = protocol.envelope(
+                "delta",
+                seq=subscriber.seq,
+                base=base,
+                header=wire if changed_header else None,
+                window=delta.to_wire(),
+                last_action=app.last_action if acted else None,
+                timeline=None,
             )
-        return sent
+        return outgoing if sent else None
 
     def _targets_changed(self, subscriber: _Subscriber) -> bool:
         """Whether the move targets differ from what this sidebar shows (a cell registered

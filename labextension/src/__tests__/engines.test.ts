@@ -10,7 +10,7 @@ import { connectedPanel, IHarness, loadFixture, q } from './fakes';
 function enginesMessage(change: Partial<IEnginesMessage> = {}): IEnginesMessage {
   return {
     protocol: 'torchdevice_magic',
-    version: 2,
+    version: 3,
     type: 'engines',
     seq: 5,
     request_id: 'tdm-x-1',

@@ -54,7 +54,7 @@ function delta(
 ): IDeltaMessage {
   return {
     protocol: 'torchdevice_magic',
-    version: 2,
+    version: 3,
     type: 'delta',
     seq: base + 1,
     base,
@@ -152,7 +152,7 @@ describe('rows', () => {
     h.comm.receive(delta(basic.seq, { upsert: [{ ...x, device: 'meta' }] }));
     h.comm.receive({
       protocol: 'torchdevice_magic',
-      version: 2,
+      version: 3,
       type: 'reply',
       seq: basic.seq + 2,
       request_id: request.request_id,
@@ -236,7 +236,7 @@ describe('the status line', () => {
     const request = lastRequest(h);
     h.comm.receive({
       protocol: 'torchdevice_magic',
-      version: 2,
+      version: 3,
       type: 'reply',
       seq: 2,
       request_id: request.request_id,
@@ -265,7 +265,7 @@ describe('the status line', () => {
       'optimizer (optimizer state is already with its parameters)';
     h.comm.receive({
       protocol: 'torchdevice_magic',
-      version: 2,
+      version: 3,
       type: 'reply',
       seq: 2,
       request_id: request.request_id,

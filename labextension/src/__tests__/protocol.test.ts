@@ -7,8 +7,8 @@ import { messageProblem } from '../validate';
 import { fixtureNames, loadFixture } from './fakes';
 
 describe('schema', () => {
-  it('is version 2 and lists every message type', () => {
-    expect(PROTOCOL_VERSION).toBe(2);
+  it('is version 3 and lists every message type', () => {
+    expect(PROTOCOL_VERSION).toBe(3);
     expect(Object.keys(SCHEMA.messages).sort()).toEqual(
       [
         'delta',

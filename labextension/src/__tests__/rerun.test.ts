@@ -23,7 +23,7 @@ describe('rerun', () => {
     const before = h.connection.view;
     h.comm.receive({
       protocol: 'torchdevice_magic',
-      version: 2,
+      version: 3,
       type: 'rerun',
       seq: 9,
       cell_id: 'c-42'

@@ -14,7 +14,14 @@ import {
   mergeTimeline,
   timelineProblem
 } from '../timeline';
-import { connectedPanel, FIXTURE_DIR, fixtureNames, IHarness, loadFixture } from './fakes';
+import {
+  connectedPanel,
+  FIXTURE_DIR,
+  fixtureNames,
+  IHarness,
+  loadFixture,
+  rowNames
+} from './fakes';
 
 /** The kernel's timeline message for a table of sizes (tests/test_fixtures.py writes it). */
 const kernelTimeline = (): ITimelineMessage =>
@@ -45,7 +52,7 @@ const message = (
   follows: number | null = null
 ): ITimelineMessage => ({
   protocol: 'torchdevice_magic',
-  version: 2,
+  version: 3,
   type: 'timeline',
   seq,
   rows,
@@ -190,5 +197,43 @@ describe('the panel', () => {
     expect(harness.connection.timeline?.rows).toEqual([...whole.rows, next]);
     expect(chart.querySelectorAll('circle')).toHaveLength(whole.rows.length + 1);
     expect(chart.textContent).toContain('cpu: after cell 99');
+  });
+
+  it("a cell's one delta carries its rows: the table and the chart both follow", async () => {
+    const view = loadFixture(fixtureNames()[0]);
+    harness = await connectedPanel(view);
+    const chart = harness.panel.node.querySelector<HTMLElement>('.jp-TorchDeviceMagic-timeline')!;
+    const whole = kernelTimeline();
+    const delta = (seq: number, timeline: object | null, remove: string[] = []): object => ({
+      protocol: 'torchdevice_magic',
+      version: 3,
+      type: 'delta',
+      seq,
+      base: seq - 1,
+      header: null,
+      window: {
+        upsert: [],
+        remove,
+        order: view.window.rows.map(r => r.key).filter(k => !remove.includes(k)),
+        matching: view.window.matching - remove.length,
+        total: view.window.total - remove.length
+      },
+      last_action: null,
+      timeline
+    });
+    const sentBefore = harness.comm.sent.length;
+    harness.comm.receive(delta(view.seq + 1, { rows: whole.rows, follows: null }));
+    expect(harness.connection.timeline?.rows).toEqual(whole.rows);
+    expect(chart.hidden).toBe(false);
+    const gone = view.window.rows[0];
+    const next = row(99, 4096, 1024, { label: 'cpu: after cell 99' });
+    harness.comm.receive(delta(view.seq + 2, { rows: [next], follows: view.seq + 1 }, [gone.key]));
+    expect(harness.connection.timeline?.rows).toEqual([...whole.rows, next]);
+    expect(chart.textContent).toContain('cpu: after cell 99');
+    expect(rowNames(harness.panel)).not.toContain(gone.name);
+    // a delta without rows keeps the chart
+    harness.comm.receive(delta(view.seq + 3, null, [gone.key]));
+    expect(harness.connection.timeline?.rows).toEqual([...whole.rows, next]);
+    expect(harness.comm.sent.length).toBe(sentBefore); // every delta applied in step
   });
 });
