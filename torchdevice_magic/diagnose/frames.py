@@ -158,6 +158,15 @@ def is_torch_filename(filename: str) -> bool:
     return any(norm.startswith(d) for d in torch_dirs())
 
 
+#: the trace package's op recorders: a failing op's frames there are the extension's own plumbing
+#: (their locals are cleared when the op fails, ``__tracebackhide__`` with them)
+_RECORDER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "trace")
+
+
+def _is_recorder_filename(filename: str) -> bool:
+    return os.path.dirname(filename) == _RECORDER_DIR
+
+
 def collapse_library_frames(tb: Any) -> tuple[list[Any], int]:
     """The traceback entries to show: the user's frames, each run of torch frames replaced by
     its first entry (where the user's call entered torch). Returns (tb objects, hidden count)."""
@@ -171,6 +180,7 @@ def collapse_library_frames(tb: Any) -> tuple[list[Any], int]:
             filename = tb.tb_frame.f_code.co_filename
             # IPython's (and pytest's) convention: a frame that asks to stay out of tracebacks
             hide = bool(tb.tb_frame.f_locals.get("__tracebackhide__", False))
+            hide = hide or _is_recorder_filename(filename)
         except Exception:
             filename, hide = "", False
         if hide:

@@ -29,6 +29,7 @@ from .base import (
     _shallow_items,
     _Source,
 )
+from .closures import empty_dead_cells, frame_cells
 from .graphs import _graph_roots, _graph_source, _tensor_count, graph_tensors
 
 _CO_OPTIMIZED = 0x0001  # a function frame (fast locals), not a module or class body
@@ -111,6 +112,7 @@ def _clear_frames(exc_ids: frozenset[int], getter: ErrorGetter | None) -> str:
         return "the last error is no longer that one: nothing released"
     cleared = 0
     frames = {id(f): f for e in errors for f in _traceback_frames(e)}
+    cells = frame_cells(frames.values())
     for frame in frames.values():
         snapshot = frame.f_locals  # on Python < 3.13 a dict the frame keeps: empty it too
         try:
@@ -120,6 +122,7 @@ def _clear_frames(exc_ids: frozenset[int], getter: ErrorGetter | None) -> str:
         if isinstance(snapshot, dict):
             snapshot.clear()
         cleared += 1
+    empty_dead_cells(cells, set(frames))
     return f"cleared the locals of {cleared} frames of the last error (%debug can't show them now)"
 
 

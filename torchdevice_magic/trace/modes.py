@@ -9,6 +9,7 @@ it.
 
 from __future__ import annotations
 
+import sys
 from types import CodeType
 from typing import Any, NamedTuple, Protocol
 
@@ -134,8 +135,22 @@ def mode_classes() -> ModeClasses:
             kwargs: dict[str, Any] | None = None,
         ) -> Any:
             __tracebackhide__ = True
-            # torch passes kwargs as a dict (empty when none)
-            return self.recorder.on_op(func, args, kwargs if kwargs is not None else {})
+            try:
+                # torch passes kwargs as a dict (empty when none)
+                return self.recorder.on_op(func, args, kwargs if kwargs is not None else {})
+            except BaseException as error:
+                # The traceback keeps this frame and the ones below it alive with the op's
+                # tensors, views among them, and a view keeps its base's use count up: after
+                # the failed cell a plain `model.to(...)` could no longer swap the parameter.
+                # Those frames (the mode's and torch's own, which the traceback hides) have
+                # finished: their locals go, the frames stay for the traceback.
+                del args, kwargs
+                below = error.__traceback__
+                while below is not None:
+                    if below.tb_frame is not sys._getframe():
+                        below.tb_frame.clear()
+                    below = below.tb_next
+                raise
 
     class FunctionRecorder(TorchFunctionMode):
         def __init__(self, recorder: Recorder) -> None:
