@@ -75,7 +75,7 @@ def measure(shell: Any, rounds: int) -> tuple[list[float], list[float]]:
             else:
                 extensions.load_extension("torchdevice_magic")
             if variant == "no graphs":
-                sources._graph_source = lambda namespace, name, value: None
+                sources._graph_source = lambda *arguments: None
             try:
                 per_cell_ms(shell, 2)
                 times[variant] = per_cell_ms(shell)

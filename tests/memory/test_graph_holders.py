@@ -89,3 +89,13 @@ def test_the_timeline_sees_a_graph_rebound_to_a_larger_one_and_forgets_a_release
     del namespace["loss"]
     held = record(timeline, scanner, 6, namespace, ["loss"])
     assert label not in held
+
+
+def test_two_names_sharing_a_graph_in_one_cell_each_hold_all_it_saved() -> None:
+    scanner, timeline = Scanner(), Timeline()
+    weight = torch.randn(16, 32, requires_grad=True)  # a leaf no name holds: the graphs do
+    out = weight.exp().exp()  # saves the inner, unnamed result (and out itself)
+    namespace: dict = {"out": out, "loss": out.sum()}  # loss's graph holds out's
+    held = record(timeline, scanner, 1, namespace, ["out", "loss"])
+    assert held["name\x00out\x00graph"] == {"cpu": 2 * 16 * 32 * 4}
+    assert held["name\x00loss\x00graph"] == {"cpu": 2 * 16 * 32 * 4}

@@ -96,7 +96,16 @@ def _not_a_tensor(node: Any, name: str) -> None:
         _SAVED_ATTRIBUTES[type(node)] = [n for n in names if n != name]
 
 
-def graph_keys(tensors: list[Any], label: str = "autograd graph") -> Keys:
+#: id(tensor) -> (the tensor, its keys): what one measurement's graph holders already read.
+#: Graphs share leaves (a model's parameters; ``loss = out.sum()`` keeps all of ``out``'s
+#: graph), which keep their Python object (a saved result is a new one at every read). It
+#: holds the tensors: it lives no longer than the measurement that made it.
+KeyMemo = dict[int, tuple[Any, Keys]]
+
+
+def graph_keys(
+    tensors: list[Any], label: str = "autograd graph", memo: KeyMemo | None = None
+) -> Keys:
     """``{storage key: (device, nbytes)}`` of ``tensors`` (a graph's saved tensors and leaves)
     and their gradients: what ``scan({label: tensors}).storages()`` gives, read directly with
     the scan's own keys (``add_storages``), and by the scan for the subclasses it reads another
@@ -107,7 +116,12 @@ def graph_keys(tensors: list[Any], label: str = "autograd graph") -> Keys:
         return {}
     keys: Keys = {}
     others: list[Any] = []
+    memo = {} if memo is None else memo
     for tensor in tensors:
+        known = memo.get(id(tensor))
+        if known is not None and known[0] is tensor:
+            keys.update(known[1])
+            continue
         if not _keyed_directly(T, tensor):
             others.append(tensor)
             continue
@@ -123,6 +137,7 @@ def graph_keys(tensors: list[Any], label: str = "autograd graph") -> Keys:
         except Exception:
             others.append(tensor)
             continue
+        memo[id(tensor)] = (tensor, found)
         keys.update(found)
     if others:
         keys.update(_keys_of({label: others})[1])
@@ -213,14 +228,16 @@ def _dimensions(tensor: Any) -> int | None:
         return None
 
 
-def _graph_source(namespace: Any, name: str, value: Any) -> _Source | None:
+def _graph_source(
+    namespace: Any, name: str, value: Any, memo: KeyMemo | None = None
+) -> _Source | None:
     roots = _graph_roots(value)
     if not roots:
         return None
     saved = graph_tensors(roots)
     if not saved:
         return None
-    keys = graph_keys(saved, f"{name} (autograd graph)")
+    keys = graph_keys(saved, f"{name} (autograd graph)", memo)
     if not keys:
         return None
     if _is_tensor(value):
