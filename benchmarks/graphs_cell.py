@@ -8,7 +8,9 @@ the issue's 2,000-object one (``benchmarks/_namespace.py``) with the same small 
 CPU. Each round runs the graph cell 10 times with the extension loaded and 10 times with it
 unloaded and 10 times loaded with the graph holders left out (``_graph_source`` answering
 None), rotating which goes first; the figures are medians over rounds of the per-cell
-differences (ms): what the hook adds, and the graph holders' share of it. Counted, not timed: graph walks per cell and the autograd nodes they visit.
+differences (ms): what the hook adds, and the graph holders' share of it. Counted, not timed
+(the same on any load): graph walks per cell, the autograd nodes they visit, and the
+``scan()`` calls the graph holders make for the tensors the graphs saved.
 
 Run: ``python benchmarks/graphs_cell.py [rounds]`` from the repository root.
 """
@@ -87,27 +89,34 @@ def measure(shell: Any, rounds: int) -> tuple[list[float], list[float]]:
     return added, graphs_share
 
 
-def count_walks(shell: Any) -> tuple[int, int]:
-    """(graph walks, nodes visited) in one run of the graph cell with the extension loaded."""
+def count_walks(shell: Any) -> tuple[int, int, int]:
+    """(graph walks, nodes visited, scans of saved tensors) in one run of the graph cell with
+    the extension loaded."""
     from torchdevice_magic.memory import graphs
 
     walked: list[int] = []
-    original = graphs.graph_tensors
+    scans: list[int] = []
+    original, original_scan = graphs.graph_tensors, graphs._keys_of
 
     def counting(roots: Any, limit: int = 200_000) -> list[Any]:
         roots = list(roots)
         walked.append(nodes_in(roots))
         return original(roots, limit)
 
+    def counting_scans(parts: Any) -> Any:
+        scans.append(1)
+        return original_scan(parts)
+
     shell.extension_manager.load_extension("torchdevice_magic")
     shell.run_cell(CELL)
     graphs.graph_tensors = counting  # type: ignore[assignment]
+    graphs._keys_of = counting_scans  # type: ignore[assignment]
     try:
         shell.run_cell(CELL)
     finally:
-        graphs.graph_tensors = original  # type: ignore[assignment]
+        graphs.graph_tensors, graphs._keys_of = original, original_scan  # type: ignore[assignment]
         shell.extension_manager.unload_extension("torchdevice_magic")
-    return len(walked), sum(walked)
+    return len(walked), sum(walked), len(scans)
 
 
 def main() -> None:
@@ -118,14 +127,15 @@ def main() -> None:
     for name, setup in (("engines' namespace (simdev)", SETUP), ("2,000 objects (cpu)", CPU_SETUP)):
         shell.reset(new_session=False)
         shell.run_cell(setup)
-        walks, nodes = count_walks(shell)
+        walks, nodes, scans = count_walks(shell)
         added, graphs_share = measure(shell, rounds)
         quartiles = statistics.quantiles(added, n=4)
         print(
             f"graph cell, {name}: added {statistics.median(added):5.2f} ms per cell "
             f"(quartiles {quartiles[0]:.2f} - {quartiles[2]:.2f}), of which the graph "
             f"holders {statistics.median(graphs_share):5.2f} ms; "
-            f"{walks} graph walks, {nodes} autograd nodes visited per cell"
+            f"{walks} graph walks, {nodes} autograd nodes visited, {scans} scans of saved "
+            "tensors per cell"
         )
 
 
