@@ -13,20 +13,28 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from .base import _is_tensor, _keys_of, _shallow_items, _Source
+from ..objects import TorchTypes, add_storages, is_uninitialized
+from .base import Keys, _is_tensor, _keys_of, _shallow_items, _Source
 
-_SAVED_ATTRIBUTES: dict[type, tuple[str, ...]] = {}
+#: per node type: the ``_saved_*`` attributes that can hold tensors (in a node torch generated,
+#: an attribute that once held sizes, a scalar or a string is typed so: never a tensor; a
+#: custom Function's context is the user's, and keeps all its names)
+_SAVED_ATTRIBUTES: dict[type, list[str]] = {}
+#: per node type: (it has ``variable``: an AccumulateGrad; it has ``saved_tensors``: a custom
+#: Function's context)
+_NODE_PARTS: dict[type, tuple[bool, bool]] = {}
 
 
-def _saved_names(node: Any) -> tuple[str, ...]:
+def _saved_names(node: Any) -> list[str]:
     kind = type(node)
     names = _SAVED_ATTRIBUTES.get(kind)
     if names is None:
         try:
-            names = tuple(n for n in dir(node) if n.startswith("_saved_"))
+            names = [n for n in dir(node) if n.startswith("_saved_")]
         except Exception:
-            names = ()
+            names = []
         _SAVED_ATTRIBUTES[kind] = names
+        _NODE_PARTS[kind] = (hasattr(kind, "variable"), hasattr(kind, "saved_tensors"))
     return names
 
 
@@ -48,30 +56,112 @@ def graph_tensors(roots: Iterable[Any], limit: int = 200_000) -> list[Any]:
     tensor_type = torch.Tensor if torch is not None else ()
     while stack and len(seen) < limit:
         node = stack.pop()
-        if node is None or id(node) in seen:
+        if id(node) in seen:
             continue
         seen.add(id(node))
-        for name in _saved_names(node):
+        names = _saved_names(node)
+        has_variable, has_context = _NODE_PARTS[type(node)]
+        for name in names:
             try:
                 value = getattr(node, name)
             except Exception:  # freed by backward()
                 continue
             if isinstance(value, tensor_type):
                 found.append(value)
-            elif isinstance(value, (tuple, list)):
-                found.extend(v for v in value if isinstance(v, tensor_type))
-        try:
-            variable = getattr(node, "variable", None)  # AccumulateGrad: the leaf
-            if isinstance(variable, tensor_type):
-                found.append(variable)
-        except Exception:
-            pass
-        if hasattr(type(node), "saved_tensors"):  # a custom autograd.Function's context
+            elif isinstance(value, (tuple, list)) and value:
+                tensors = [v for v in value if isinstance(v, tensor_type)]
+                if tensors:
+                    found.extend(tensors)
+                elif value[0] is not None and not has_context:
+                    _not_a_tensor(node, name)  # sizes or strides
+            elif value is not None and not has_context:
+                _not_a_tensor(node, name)  # a scalar, a string, a flag
+        if has_variable:  # AccumulateGrad: the leaf
+            with contextlib.suppress(Exception):
+                variable = node.variable
+                if isinstance(variable, tensor_type):
+                    found.append(variable)
+        if has_context:  # a custom autograd.Function's context
             with contextlib.suppress(Exception):
                 found.extend(v for v in node.saved_tensors if isinstance(v, tensor_type))
         with contextlib.suppress(Exception):
             stack.extend(child for child, _ in node.next_functions if child is not None)
     return found
+
+
+def _not_a_tensor(node: Any, name: str) -> None:
+    """The walk skips ``name`` on every later node of this type."""
+    names = _SAVED_ATTRIBUTES[type(node)]
+    if name in names:
+        _SAVED_ATTRIBUTES[type(node)] = [n for n in names if n != name]
+
+
+#: id(tensor) -> (the tensor, its keys): what one measurement's graph holders already read.
+#: Graphs share leaves (a model's parameters; ``loss = out.sum()`` keeps all of ``out``'s
+#: graph), which keep their Python object (a saved result is a new one at every read). It
+#: holds the tensors: it lives no longer than the measurement that made it.
+KeyMemo = dict[int, tuple[Any, Keys]]
+
+
+def graph_keys(
+    tensors: list[Any], label: str = "autograd graph", memo: KeyMemo | None = None
+) -> Keys:
+    """``{storage key: (device, nbytes)}`` of ``tensors`` (a graph's saved tensors and leaves)
+    and their gradients: what ``scan({label: tensors}).storages()`` gives, read directly with
+    the scan's own keys (``add_storages``), and by the scan for the subclasses it reads another
+    way (fake, DTensor, lazy). A graph's tensors are new after every forward pass: the scan's
+    records and its reuse would be built for nothing."""
+    T = TorchTypes.current()
+    if T is None:
+        return {}
+    keys: Keys = {}
+    others: list[Any] = []
+    memo = {} if memo is None else memo
+    for tensor in tensors:
+        known = memo.get(id(tensor))
+        if known is not None and known[0] is tensor:
+            keys.update(known[1])
+            continue
+        if not _keyed_directly(T, tensor):
+            others.append(tensor)
+            continue
+        try:
+            found: Keys = {}
+            add_storages(T, tensor, T.device_name(tensor.device), found)
+            grad = _leaf_grad(tensor)
+            if grad is not None:
+                grad_keys: Keys = {}
+                add_storages(T, grad, T.device_name(grad.device), grad_keys)
+                key = next(iter(grad_keys))  # the scan counts a gradient by its first storage
+                found[key] = grad_keys[key]
+        except Exception:
+            others.append(tensor)
+            continue
+        memo[id(tensor)] = (tensor, found)
+        keys.update(found)
+    if others:
+        keys.update(_keys_of({label: others})[1])
+    return keys
+
+
+def _keyed_directly(T: TorchTypes, tensor: Any) -> bool:
+    """Whether the scan keys ``tensor`` by ``add_storages`` of the tensor itself: every type but
+    fake and functional tensors (no data), DTensor (its local shard) and a lazy module's
+    uninitialized parameters (nothing yet)."""
+    tp = type(tensor)
+    if tp is T.Tensor or tp is T.Parameter:
+        return True
+    name = tp.__name__
+    fake = name == "FunctionalTensor" or "Fake" in name
+    return not fake and name != "DTensor" and not is_uninitialized(T, tensor)
+
+
+def _leaf_grad(tensor: Any) -> Any:
+    """A tensor's ``.grad`` where it can have one (a leaf, or ``retain_grad()``): reading it on
+    any other tensor makes torch warn."""
+    if not tensor.requires_grad or not (tensor.is_leaf or tensor.retains_grad):
+        return None
+    return tensor.grad
 
 
 def _graph_roots(value: Any) -> list[Any]:
@@ -138,14 +228,16 @@ def _dimensions(tensor: Any) -> int | None:
         return None
 
 
-def _graph_source(namespace: Any, name: str, value: Any) -> _Source | None:
+def _graph_source(
+    namespace: Any, name: str, value: Any, memo: KeyMemo | None = None
+) -> _Source | None:
     roots = _graph_roots(value)
     if not roots:
         return None
     saved = graph_tensors(roots)
     if not saved:
         return None
-    _, keys = _keys_of({f"{name} (autograd graph)": saved})
+    keys = graph_keys(saved, f"{name} (autograd graph)", memo)
     if not keys:
         return None
     if _is_tensor(value):

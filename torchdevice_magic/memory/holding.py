@@ -22,6 +22,7 @@ from ..names import is_ipython_bookkeeping
 from ..scan import Inventory, scan
 from ..units import device_sort_key, format_bytes
 from .base import _NOTHING_TO_HOLD, _RELEASES, ErrorGetter, Keys, StorageKey, _by_device, _Source
+from .graphs import KeyMemo
 from .interactive import shell_references
 from .sources import (
     _global_hook_sources,
@@ -165,11 +166,12 @@ def _sources(
         if maybe_orphaned is None or maybe_orphaned
         else {}
     )
+    memo: KeyMemo = {}
     for name, value in _candidates(namespace):
         reachable = maybe_orphaned is not None and name not in maybe_orphaned
         if reachable and isinstance(value, sys.modules["torch"].optim.Optimizer):
             continue  # the scan knows every parameter it updates is reachable
-        sources.extend(_name_sources(namespace, name, value, without_optimizers))
+        sources.extend(_name_sources(namespace, name, value, without_optimizers, memo))
     sources.extend(_global_hook_sources())
     if forgotten:
         sources.extend(_second_name_sources(namespace, inventory, forgotten))

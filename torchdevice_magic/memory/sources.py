@@ -30,7 +30,7 @@ from .base import (
     _Source,
 )
 from .closures import empty_dead_cells, frame_cells
-from .graphs import _graph_roots, _graph_source, _tensor_count, graph_tensors
+from .graphs import KeyMemo, _graph_roots, _graph_source, _tensor_count, graph_tensors
 
 _CO_OPTIMIZED = 0x0001  # a function frame (fast locals), not a module or class body
 _HOOK_DICTS = (
@@ -525,9 +525,11 @@ def _second_name_sources(
 # -- all together ----------------------------------------------------------------------------------
 
 
-def _name_sources(namespace: Any, name: str, value: Any, named_keys: Keys) -> list[_Source]:
+def _name_sources(
+    namespace: Any, name: str, value: Any, named_keys: Keys, memo: KeyMemo | None = None
+) -> list[_Source]:
     """The holders a top-level name's object brings: its graphs, hooks, orphaned optimizer
-    state, or attributes."""
+    state, or attributes. ``memo``: the graph tensors already keyed in this measurement."""
     torch = sys.modules.get("torch")
     if torch is None or is_ipython_bookkeeping(name):
         return []
@@ -538,7 +540,7 @@ def _name_sources(namespace: Any, name: str, value: Any, named_keys: Keys) -> li
             source = _optimizer_source(name, value, named_keys)
             return [source] if source is not None else []
         if isinstance(value, (torch.Tensor, list, tuple, dict)):
-            source = _graph_source(namespace, name, value)
+            source = _graph_source(namespace, name, value, memo)
             return [source] if source is not None else []
         # an object holding tensors in attributes is walked by the scan: its tensors are
         # named (under its name); inside a hook, an Out entry or a frame it is found there

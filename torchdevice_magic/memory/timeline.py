@@ -27,6 +27,7 @@ from .base import (
     _root_keys,
     _Source,
 )
+from .graphs import KeyMemo
 from .holding import _maybe_orphaned, _named_keys_without_optimizers
 from .leaks import TrackedHolder
 from .sources import _last_errors, _name_sources, _out_sources, _traceback_source
@@ -332,6 +333,7 @@ class Timeline:
         optimizer_type = sys.modules["torch"].optim.Optimizer  # record() runs only with torch
         without_optimizers: Keys | None = None
         maybe_orphaned: set[str] | None = None
+        memo: KeyMemo = {}
         for name in list(present) if full else names:
             if name not in present or is_ipython_bookkeeping(name):
                 continue
@@ -352,7 +354,7 @@ class Timeline:
                     continue  # every parameter it updates is reachable: nothing orphaned
                 if without_optimizers is None:
                     without_optimizers = _named_keys_without_optimizers(namespace, inventory)
-            for brought in _name_sources(namespace, name, value, without_optimizers or {}):
+            for brought in _name_sources(namespace, name, value, without_optimizers or {}, memo):
                 fresh[f"name\x00{name}\x00{brought.key}"] = brought
         return self._remeasure(fresh, names, named)
 
