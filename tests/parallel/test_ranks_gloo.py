@@ -5,53 +5,23 @@ FSDP2 rows say which shard each rank holds. The group is destroyed at the end.""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from parallel_ranks import TIMEOUT, on_every_rank
 
 pytestmark = pytest.mark.engines
 
-TIMEOUT = 90
 NAMES = ("_tdm_ranks_x", "_tdm_ranks_stray", "_tdm_ranks_mesh", "_tdm_ranks_d", "_tdm_ranks_model")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _on_every_rank(cluster: Any, code: str) -> list[Any]:
-    """Run ``code`` on every engine at once (a collective waits for all ranks), in rank order;
-    the AsyncResults, after each finished."""
-    pending = [cluster[engine].execute(code, block=False) for engine in cluster.ids]
-    for result in pending:
-        result.get(timeout=TIMEOUT)
-    return pending
-
-
-@pytest.fixture(scope="module")
-def ranks(cluster: Any) -> Iterator[Any]:
-    """The cluster's engines joined in one gloo process group, for this module's tests."""
-    port = _free_port()
-    pending = [
-        cluster[engine].execute(
-            "import torch.distributed as dist\n"
-            f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{port}',"
-            f" rank={rank}, world_size={len(cluster.ids)})\n",
-            block=False,
-        )
-        for rank, engine in enumerate(cluster.ids)
-    ]
-    for result in pending:
-        result.get(timeout=TIMEOUT)
-    try:
-        yield cluster
-    finally:
-        cleanup = "\n".join(f"globals().pop({name!r}, None)" for name in NAMES)
-        _on_every_rank(cluster, f"{cleanup}\ndist.destroy_process_group()\n")
+@pytest.fixture(scope="module", autouse=True)
+def forget_names(ranks: Any) -> Iterator[None]:
+    """This module's names leave the engines with the module's process group."""
+    yield
+    cleanup = "\n".join(f"globals().pop({name!r}, None)" for name in NAMES)
+    on_every_rank(ranks, cleanup)
 
 
 def test_each_rank_moves_to_its_own_device_not_all_to_device_zero(ranks: Any) -> None:
@@ -96,7 +66,7 @@ def test_rank_one_holding_a_tensor_on_device_zero_is_warned(ranks: Any) -> None:
 
 
 def test_dtensor_rows_say_which_shard_each_rank_holds(ranks: Any) -> None:
-    _on_every_rank(
+    on_every_rank(
         ranks,
         "from torch.distributed.device_mesh import init_device_mesh\n"
         "from torch.distributed.tensor import Shard, distribute_tensor\n"
@@ -119,7 +89,7 @@ def test_dtensor_rows_say_which_shard_each_rank_holds(ranks: Any) -> None:
 
 def test_fsdp2_modules_and_parameters_show_their_shards(ranks: Any) -> None:
     # FSDP2 (fully_shard) runs on CPU with gloo: a forward and backward on both ranks
-    _on_every_rank(
+    on_every_rank(
         ranks,
         "from torch.distributed.fsdp import fully_shard\n"
         "import torchdevice_magic as tdm\n"
