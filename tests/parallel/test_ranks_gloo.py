@@ -1,7 +1,7 @@
 """Ranks on real engines: a gloo process group across the session's two ipyparallel engines
 (rank = the engine's place in the client's ids), each engine with two simulated devices.
 Each rank moves to its own device, rank 1 is warned about a tensor on device 0, and DTensor and
-FSDP2 rows say which shard each rank holds. The group is destroyed at the end."""
+FSDP2 rows say which shard each rank holds; moves refuse what the group shards. The group is destroyed at the end."""
 
 from __future__ import annotations
 
@@ -13,7 +13,15 @@ from parallel_ranks import TIMEOUT, on_every_rank
 
 pytestmark = pytest.mark.engines
 
-NAMES = ("_tdm_ranks_x", "_tdm_ranks_stray", "_tdm_ranks_mesh", "_tdm_ranks_d", "_tdm_ranks_model")
+NAMES = (
+    "_tdm_ranks_x",
+    "_tdm_ranks_stray",
+    "_tdm_ranks_mesh",
+    "_tdm_ranks_d",
+    "_tdm_ranks_model",
+    "_tdm_ranks_sharded",
+    "_tdm_ranks_refusals",
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -114,3 +122,38 @@ def test_fsdp2_modules_and_parameters_show_their_shards(ranks: Any) -> None:
         )
         assert notes["weight"] == f"DTensor shard {rank} of 2 (Shard(0)); global 4×8, 128 B"
     view.execute("del _tdm_ranks_rows")
+
+
+def test_moving_a_sharded_module_by_hand_is_refused_with_the_reason(ranks: Any) -> None:
+    # FSDP2's shards are placed by the device mesh: one rank moving its shard alone would
+    # break the next collective, so a named move refuses and "Move all" skips it, untouched
+    on_every_rank(
+        ranks,
+        "from torch.distributed.device_mesh import init_device_mesh\n"
+        "from torch.distributed.fsdp import fully_shard\n"
+        "from torchdevice_magic.moves import MoveError, move\n"
+        "from torchdevice_magic.shell.extension import get_session\n"
+        "_tdm_ranks_sharded = fully_shard(torch.nn.Linear(8, 4),"
+        " mesh=init_device_mesh('cpu', (2,)))\n"
+        "_tdm_ranks_app = get_session(get_ipython()).app\n"
+        "try:\n"
+        "    _tdm_ranks_app.move('simdev', ['_tdm_ranks_sharded'])\n"
+        "    _tdm_ranks_refusals = ['moved']\n"
+        "except MoveError as _tdm_error:\n"
+        "    _tdm_ranks_refusals = [str(_tdm_error)]\n"
+        # "Move all" over a namespace of its own: the engines' namespace is shared by the session
+        "_tdm_ranks_all = move({'_tdm_ranks_sharded': _tdm_ranks_sharded, 'x': torch.ones(2)},"
+        " _tdm_ranks_app.default_target())\n"
+        "_tdm_ranks_refusals.append([item.name for item in _tdm_ranks_all.moved])\n"
+        "_tdm_ranks_refusals.append(dict(_tdm_ranks_all.skipped).get('_tdm_ranks_sharded'))\n"
+        "_tdm_ranks_refusals.append(str(_tdm_ranks_sharded.weight.device))\n"
+        "del _tdm_ranks_app, _tdm_ranks_all\n",
+    )
+    view = ranks[:]
+    view.block = True
+    reason = (
+        "_tdm_ranks_sharded is sharded over the process group (DTensor): its device mesh places "
+        "each rank's shard, and moving one rank's shard by hand breaks the next collective; "
+        "build the mesh on the device you want (init_device_mesh) and shard the model there"
+    )
+    assert view.pull("_tdm_ranks_refusals") == [[reason, ["x"], reason, "cpu"]] * 2
