@@ -71,6 +71,20 @@ def test_rank_one_holding_a_tensor_on_device_zero_is_warned(ranks: Any) -> None:
         "rank 1 of 2, whose device is simdev:1: move it with .to('simdev:1')"
     ) in rank_one
     assert "_tdm_ranks_stray" not in rank_zero  # rank 0's own device
+    # the header (widget, %devices, the sidebar) says it too, every time it is drawn
+    view = ranks[:]
+    view.block = True
+    view.execute(
+        "from torchdevice_magic.shell.extension import get_session\n"
+        "_tdm_ranks_notes = list(get_session(get_ipython()).app.header().device_notes)\n"
+    )
+    notes_zero, notes_one = view.pull("_tdm_ranks_notes")
+    view.execute("del _tdm_ranks_notes")
+    assert not any("_tdm_ranks_stray" in note for note in notes_zero)
+    assert (
+        "_tdm_ranks_stray (Tensor) is on simdev:0, but this process is rank 1 of 2, whose device "
+        "is simdev:1: move it with .to('simdev:1')"
+    ) in notes_one
 
 
 def test_dtensor_rows_say_which_shard_each_rank_holds(ranks: Any) -> None:
