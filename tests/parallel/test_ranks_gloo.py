@@ -161,6 +161,10 @@ def test_moving_a_sharded_module_by_hand_is_refused_with_the_reason(ranks: Any) 
         "_tdm_ranks_refusals.append([item.name for item in _tdm_ranks_all.moved])\n"
         "_tdm_ranks_refusals.append(dict(_tdm_ranks_all.skipped).get('_tdm_ranks_sharded'))\n"
         "_tdm_ranks_refusals.append(str(_tdm_ranks_sharded.weight.device))\n"
+        # the table's row says the same and offers no Move
+        "import torchdevice_magic as tdm\n"
+        "_tdm_ranks_refusals.extend((r.movable, r.movable_reason) for r in"
+        " tdm.scan({'_tdm_ranks_sharded': _tdm_ranks_sharded}).records)\n"
         "del _tdm_ranks_app, _tdm_ranks_all\n",
     )
     view = ranks[:]
@@ -170,4 +174,4 @@ def test_moving_a_sharded_module_by_hand_is_refused_with_the_reason(ranks: Any) 
         "each rank's shard, and moving one rank's shard by hand breaks the next collective; "
         "build the mesh on the device you want (init_device_mesh) and shard the model there"
     )
-    assert view.pull("_tdm_ranks_refusals") == [[reason, ["x"], reason, "cpu"]] * 2
+    assert view.pull("_tdm_ranks_refusals") == [[reason, ["x"], reason, "cpu", (False, reason)]] * 2

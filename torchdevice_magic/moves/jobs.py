@@ -22,7 +22,6 @@ The planners (``plan_*.py``) fill it, one kind of object each; :mod:`.planner` p
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any, NamedTuple, Protocol
 
@@ -34,21 +33,6 @@ from .result import MoveError, reason
 
 class Refused(Exception):
     """An object that must not be moved: a MoveError for named objects, a skip otherwise."""
-
-
-def sharded_reason(name: str, tensors: Iterable[Any]) -> str | None:
-    """Why ``name`` must not be moved by hand when it holds DTensors (every parameter FSDP2's
-    ``fully_shard`` leaves, ``distribute_tensor``, ``distribute_module``), or None: the process
-    group's device mesh places each rank's shard, and one rank moving its shard alone breaks
-    the next collective. No cost while ``torch.distributed.tensor`` was never imported."""
-    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
-    if dtensor is None or not any(isinstance(t, dtensor) for t in tensors):
-        return None
-    return (
-        f"{name} is sharded over the process group (DTensor): its device mesh places each "
-        "rank's shard, and moving one rank's shard by hand breaks the next collective; build "
-        "the mesh on the device you want (init_device_mesh) and shard the model there"
-    )
 
 
 class PlannedItem:

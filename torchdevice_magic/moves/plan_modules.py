@@ -22,7 +22,6 @@ from .jobs import (
     SubmoduleRecord,
     device_names,
     in_place_ok,
-    sharded_reason,
     storage_of,
 )
 
@@ -88,7 +87,7 @@ def is_parameter(torch: Any, t: Any) -> bool:
 
 def add_parameter(plan: Plan, name: str, p: Any, dest: Any) -> None:
     """A Parameter bound to a top-level name: moved in place, so it stays its module's."""
-    sharded = sharded_reason(name, [p])
+    sharded = objects.sharded_reason(name, [p])
     if sharded is not None:
         raise Refused(sharded)
     devs = {p.device}
@@ -142,7 +141,7 @@ def add_module(
     accelerate = accelerate_reason(plan.T, name, m)
     if accelerate is not None:
         raise Refused(accelerate)
-    sharded = sharded_reason(name, m.parameters())
+    sharded = objects.sharded_reason(name, m.parameters())
     if sharded is not None:
         raise Refused(sharded)
     dest_of = _targets_by_name(m, layout) if dest is None else None

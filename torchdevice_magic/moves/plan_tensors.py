@@ -12,7 +12,7 @@ from operator import attrgetter
 from typing import Any
 
 from .. import objects
-from .jobs import BulkTensors, Plan, PlannedItem, PutBack, Refused, sharded_reason, storage_of
+from .jobs import BulkTensors, Plan, PlannedItem, PutBack, Refused, storage_of
 from .places import NAMESPACE
 
 _DEVICE = attrgetter("device")
@@ -24,7 +24,7 @@ _NBYTES = attrgetter("nbytes")
 
 def add_tensor(plan: Plan, name: str, t: Any, dest: Any) -> None:
     """A tensor bound to ``name``: copied, and the name rebound to the copy at commit."""
-    sharded = sharded_reason(name, [t])
+    sharded = objects.sharded_reason(name, [t])
     if sharded is not None:
         raise Refused(sharded)
     dev = t.device
