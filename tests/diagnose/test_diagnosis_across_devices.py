@@ -1,6 +1,7 @@
 """Multi-GPU mistakes on CPU: with two simulated devices, a model on device 1 fed a batch on
 device 0 (every rank loading data onto ``cuda:0``) fails with CUDA's cross-device message, and
-the diagnosis names both culprits with the fix that moves the batch to the model's device."""
+the diagnosis names both culprits with the fix that moves the batch to the model's device. On a
+rank (LOCAL_RANK set) the fix goes to the rank's own device instead, and says so."""
 
 from __future__ import annotations
 
