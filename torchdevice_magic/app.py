@@ -203,8 +203,12 @@ class DeviceController:
     ) -> list[str]:
         """Where the accelerator was first initialised, and, for each CUDA device this process
         uses, what its used memory is made of (``processes``: ask NVML for the other
-        processes too). Never initialises a device."""
+        processes too), and on a rank what it holds on another rank's device. Never
+        initialises a device."""
         notes = self.first_init.lines()
+        if "torch" in sys.modules and devices.rank_info().is_rank:
+            inventory = inventory if inventory is not None else self.current_inventory()
+            notes.extend(ranks.rank_notes(inventory))
         if "torch" not in sys.modules or not devices.is_initialized("cuda"):
             return notes
         totals = (inventory if inventory is not None else self.current_inventory()).totals()

@@ -1,4 +1,5 @@
-"""What a rank of a distributed job holds on another rank's device: the post-cell warning.
+"""What a rank of a distributed job holds on another rank's device: the post-cell warning and
+the header's notes.
 
 Each rank should keep its tensors on its own local device (:func:`devices.own_device_index`,
 THE rule for which one); the classic mistake is every rank allocating on ``cuda:0``, or
@@ -36,6 +37,27 @@ def new_rank_warnings(inventory: _HasRecords, warned: set[tuple[Any, ...]]) -> l
             warned.add(key)
             found.append(foreign_warning(name, type_name, device, own, info))
     return found
+
+
+#: the most objects the header names one by one; the rest are counted
+HEADER_NOTES = 3
+
+
+def rank_notes(inventory: _HasRecords) -> list[str]:
+    """The header's lines (the widget, ``%devices`` and the sidebar show them) for what this
+    rank holds on another rank's device now: one per object, the first :data:`HEADER_NOTES`
+    of them, then how many more. Unlike :func:`new_rank_warnings`, every one, every time: the
+    header says how things are, not what changed. Nothing when this process is no rank."""
+    info = rank_info()
+    if not info.is_rank or "torch" not in sys.modules:
+        return []
+    own = best_device()
+    found = foreign_placements(inventory.records, own, info)
+    lines = [foreign_warning(*placement, own, info) for placement in found[:HEADER_NOTES]]
+    if len(found) > HEADER_NOTES:
+        more = len(found) - HEADER_NOTES
+        lines.append(f"and {more} more object{'s' * (more != 1)} on other ranks' devices")
+    return lines
 
 
 def foreign_placements(

@@ -76,6 +76,29 @@ def test_a_tensor_on_another_ranks_device_is_warned_about_once(rank_one: str) ->
 
 
 @pytest.mark.simulated
+def test_the_header_notes_say_what_the_rank_holds_on_another_ranks_device(rank_one: str) -> None:
+    # the header (widget, %devices, sidebar) says it every time, not only once after the cell
+    namespace: dict[str, Any] = {
+        "mine": torch.ones(2, device=f"{rank_one}:1"),
+        "stray": torch.ones(2, device=f"{rank_one}:0"),
+    }
+    app = DeviceController(namespace, PlainSettings())
+    line = (
+        f"stray (Tensor) is on {rank_one}:0, but this process is local rank 1, whose device "
+        f"is {rank_one}:1: move it with .to('{rank_one}:1')"
+    )
+    app.new_mixed_warnings(app.full_scan())
+    assert line in app.header().device_notes
+    assert line in app.header().to_wire()["device_notes"]
+    for index in range(5):
+        namespace[f"more{index}"] = torch.ones(1, device=f"{rank_one}:0")
+    notes = app.header(inventory=app.full_scan()).device_notes
+    assert notes[-1] == "and 3 more objects on other ranks' devices"
+    assert app.move(f"{rank_one}:1").ok
+    assert app.header(inventory=app.full_scan()).device_notes == ()
+
+
+@pytest.mark.simulated
 @pytest.mark.parametrize(("start", "target"), [(1, "cpu"), (1, 0), (0, 1), ("cpu", 1)])
 def test_moves_between_two_devices_and_their_undo_keep_every_part_together(
     two_devices: str, start: int | str, target: int | str

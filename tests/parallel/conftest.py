@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from parallel_ranks import TIMEOUT, free_port, on_every_rank
 
 ENGINES = 2
 SIMULATED_DEVICES = 2
@@ -58,3 +59,25 @@ def engines(cluster: Any) -> Any:
     view = cluster[:]
     view.block = True
     return view
+
+
+@pytest.fixture(scope="module")
+def ranks(cluster: Any) -> Iterator[Any]:
+    """The cluster's engines joined in one gloo process group (rank = the engine's place in the
+    client's ids), for one test module; the group is destroyed at the module's end."""
+    port = free_port()
+    pending = [
+        cluster[engine].execute(
+            "import torch.distributed as dist\n"
+            f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{port}',"
+            f" rank={rank}, world_size={len(cluster.ids)})\n",
+            block=False,
+        )
+        for rank, engine in enumerate(cluster.ids)
+    ]
+    for result in pending:
+        result.get(timeout=TIMEOUT)
+    try:
+        yield cluster
+    finally:
+        on_every_rank(cluster, "dist.destroy_process_group()\n")

@@ -1,57 +1,35 @@
 """Ranks on real engines: a gloo process group across the session's two ipyparallel engines
 (rank = the engine's place in the client's ids), each engine with two simulated devices.
 Each rank moves to its own device, rank 1 is warned about a tensor on device 0, and DTensor and
-FSDP2 rows say which shard each rank holds. The group is destroyed at the end."""
+FSDP2 rows say which shard each rank holds; moves refuse what the group shards. The group is destroyed at the end."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from parallel_ranks import TIMEOUT, on_every_rank
 
 pytestmark = pytest.mark.engines
 
-TIMEOUT = 90
-NAMES = ("_tdm_ranks_x", "_tdm_ranks_stray", "_tdm_ranks_mesh", "_tdm_ranks_d", "_tdm_ranks_model")
+NAMES = (
+    "_tdm_ranks_x",
+    "_tdm_ranks_stray",
+    "_tdm_ranks_mesh",
+    "_tdm_ranks_d",
+    "_tdm_ranks_model",
+    "_tdm_ranks_sharded",
+    "_tdm_ranks_refusals",
+)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _on_every_rank(cluster: Any, code: str) -> list[Any]:
-    """Run ``code`` on every engine at once (a collective waits for all ranks), in rank order;
-    the AsyncResults, after each finished."""
-    pending = [cluster[engine].execute(code, block=False) for engine in cluster.ids]
-    for result in pending:
-        result.get(timeout=TIMEOUT)
-    return pending
-
-
-@pytest.fixture(scope="module")
-def ranks(cluster: Any) -> Iterator[Any]:
-    """The cluster's engines joined in one gloo process group, for this module's tests."""
-    port = _free_port()
-    pending = [
-        cluster[engine].execute(
-            "import torch.distributed as dist\n"
-            f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{port}',"
-            f" rank={rank}, world_size={len(cluster.ids)})\n",
-            block=False,
-        )
-        for rank, engine in enumerate(cluster.ids)
-    ]
-    for result in pending:
-        result.get(timeout=TIMEOUT)
-    try:
-        yield cluster
-    finally:
-        cleanup = "\n".join(f"globals().pop({name!r}, None)" for name in NAMES)
-        _on_every_rank(cluster, f"{cleanup}\ndist.destroy_process_group()\n")
+@pytest.fixture(scope="module", autouse=True)
+def forget_names(ranks: Any) -> Iterator[None]:
+    """This module's names leave the engines with the module's process group."""
+    yield
+    cleanup = "\n".join(f"globals().pop({name!r}, None)" for name in NAMES)
+    on_every_rank(ranks, cleanup)
 
 
 def test_each_rank_moves_to_its_own_device_not_all_to_device_zero(ranks: Any) -> None:
@@ -93,10 +71,24 @@ def test_rank_one_holding_a_tensor_on_device_zero_is_warned(ranks: Any) -> None:
         "rank 1 of 2, whose device is simdev:1: move it with .to('simdev:1')"
     ) in rank_one
     assert "_tdm_ranks_stray" not in rank_zero  # rank 0's own device
+    # the header (widget, %devices, the sidebar) says it too, every time it is drawn
+    view = ranks[:]
+    view.block = True
+    view.execute(
+        "from torchdevice_magic.shell.extension import get_session\n"
+        "_tdm_ranks_notes = list(get_session(get_ipython()).app.header().device_notes)\n"
+    )
+    notes_zero, notes_one = view.pull("_tdm_ranks_notes")
+    view.execute("del _tdm_ranks_notes")
+    assert not any("_tdm_ranks_stray" in note for note in notes_zero)
+    assert (
+        "_tdm_ranks_stray (Tensor) is on simdev:0, but this process is rank 1 of 2, whose device "
+        "is simdev:1: move it with .to('simdev:1')"
+    ) in notes_one
 
 
 def test_dtensor_rows_say_which_shard_each_rank_holds(ranks: Any) -> None:
-    _on_every_rank(
+    on_every_rank(
         ranks,
         "from torch.distributed.device_mesh import init_device_mesh\n"
         "from torch.distributed.tensor import Shard, distribute_tensor\n"
@@ -119,7 +111,7 @@ def test_dtensor_rows_say_which_shard_each_rank_holds(ranks: Any) -> None:
 
 def test_fsdp2_modules_and_parameters_show_their_shards(ranks: Any) -> None:
     # FSDP2 (fully_shard) runs on CPU with gloo: a forward and backward on both ranks
-    _on_every_rank(
+    on_every_rank(
         ranks,
         "from torch.distributed.fsdp import fully_shard\n"
         "import torchdevice_magic as tdm\n"
@@ -144,3 +136,42 @@ def test_fsdp2_modules_and_parameters_show_their_shards(ranks: Any) -> None:
         )
         assert notes["weight"] == f"DTensor shard {rank} of 2 (Shard(0)); global 4×8, 128 B"
     view.execute("del _tdm_ranks_rows")
+
+
+def test_moving_a_sharded_module_by_hand_is_refused_with_the_reason(ranks: Any) -> None:
+    # FSDP2's shards are placed by the device mesh: one rank moving its shard alone would
+    # break the next collective, so a named move refuses and "Move all" skips it, untouched
+    on_every_rank(
+        ranks,
+        "from torch.distributed.device_mesh import init_device_mesh\n"
+        "from torch.distributed.fsdp import fully_shard\n"
+        "from torchdevice_magic.moves import MoveError, move\n"
+        "from torchdevice_magic.shell.extension import get_session\n"
+        "_tdm_ranks_sharded = fully_shard(torch.nn.Linear(8, 4),"
+        " mesh=init_device_mesh('cpu', (2,)))\n"
+        "_tdm_ranks_app = get_session(get_ipython()).app\n"
+        "try:\n"
+        "    _tdm_ranks_app.move('simdev', ['_tdm_ranks_sharded'])\n"
+        "    _tdm_ranks_refusals = ['moved']\n"
+        "except MoveError as _tdm_error:\n"
+        "    _tdm_ranks_refusals = [str(_tdm_error)]\n"
+        # "Move all" over a namespace of its own: the engines' namespace is shared by the session
+        "_tdm_ranks_all = move({'_tdm_ranks_sharded': _tdm_ranks_sharded, 'x': torch.ones(2)},"
+        " _tdm_ranks_app.default_target())\n"
+        "_tdm_ranks_refusals.append([item.name for item in _tdm_ranks_all.moved])\n"
+        "_tdm_ranks_refusals.append(dict(_tdm_ranks_all.skipped).get('_tdm_ranks_sharded'))\n"
+        "_tdm_ranks_refusals.append(str(_tdm_ranks_sharded.weight.device))\n"
+        # the table's row says the same and offers no Move
+        "import torchdevice_magic as tdm\n"
+        "_tdm_ranks_refusals.extend((r.movable, r.movable_reason) for r in"
+        " tdm.scan({'_tdm_ranks_sharded': _tdm_ranks_sharded}).records)\n"
+        "del _tdm_ranks_app, _tdm_ranks_all\n",
+    )
+    view = ranks[:]
+    view.block = True
+    reason = (
+        "_tdm_ranks_sharded is sharded over the process group (DTensor): its device mesh places "
+        "each rank's shard, and moving one rank's shard by hand breaks the next collective; "
+        "build the mesh on the device you want (init_device_mesh) and shard the model there"
+    )
+    assert view.pull("_tdm_ranks_refusals") == [[reason, ["x"], reason, "cpu", (False, reason)]] * 2

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..devices import free_bytes, same_device
+from ..devices import best_device, free_bytes, rank_info, same_device
 from ..units import format_bytes
 from .candidates import Candidate, normalize_target, on_target
 from .cells import Cell
@@ -25,6 +25,7 @@ __all__ = [
     "accelerator_side",
     "bigger_side",
     "involved_in",
+    "own_device_side",
     "real_device",
 ]
 
@@ -121,6 +122,30 @@ def accelerator_side(totals: dict[str, int]) -> tuple[str, str] | None:
     return accel, f"the work runs on {accel}, as chosen: what is on the CPU joins it"
 
 
+def own_device_side(cands: list[Candidate]) -> tuple[str, str] | None:
+    """On a rank of a distributed job (:func:`devices.rank_info`), where one side of the
+    mismatch is already on the rank's own device and another on a different device of the same
+    accelerator: the rank's own device, and a reason that names it. A rank that computes on
+    another rank's device (every rank on ``cuda:0``) takes memory that rank counts on, so the
+    others join the own side, whatever the bytes or the cell's ``.to()`` say. None for a process
+    that is no rank, and where the only other side is the CPU or meta (the ordinary rules
+    decide, free memory included)."""
+    info = rank_info()
+    if not info.is_rank:
+        return None
+    own = best_device()
+    sides = {d for c in cands for d in c.info.by_device}
+    if own == "cpu" or not any(same_device(own, d) for d in sides):
+        return None
+    others = sorted(d for d in sides if d not in ("cpu", "meta") and not same_device(own, d))
+    if not others:
+        return None
+    return own, (
+        f"this process is {info.label()}, whose own device is {own}: "
+        f"what is on {', '.join(others)} joins it"
+    )
+
+
 def real_device(cands: list[Candidate], match: MessageMatch, asked: str | None) -> str:
     """A device that keeps data, for things that are on meta now."""
     if asked and asked != "meta":
@@ -141,6 +166,9 @@ _Choose = Callable[[Rule, MessageMatch, list[Candidate], Cell], tuple[str | None
 def _to_bigger(
     rule: Rule, match: MessageMatch, relevant: list[Candidate], cell: Cell
 ) -> tuple[str | None, str]:
+    on_own = own_device_side(relevant)
+    if on_own is not None:
+        return on_own
     asked = cell.to_target()
     sides = {d for c in relevant for d in c.info.by_device}
     chosen = normalize_target(asked) if asked else None
@@ -154,6 +182,11 @@ def _to_bigger(
 def _to_expected(
     rule: Rule, match: MessageMatch, relevant: list[Candidate], cell: Cell
 ) -> tuple[str | None, str]:
+    on_own = own_device_side(relevant)
+    if on_own is not None and not rule.reason:
+        # a family with its own reason needs the expected device (DataParallel's
+        # device_ids[0], an index on its data's device); any other goes to the rank's own
+        return on_own
     if not match.expected:
         return bigger_side(relevant, match)
     # the operation expected the CPU side, but the other side is the accelerator the user

@@ -2,7 +2,7 @@
 Parameters stay the same objects and optimizers holding them stay valid.
 
 A module is refused up front where moving it by hand would break it: a model dispatched by
-accelerate, TorchScript where torch would have to swap Parameter objects, dynamic-quantized
+accelerate, a module sharded over a process group (FSDP2, DTensor), TorchScript where torch would have to swap Parameter objects, dynamic-quantized
 layers (packed weights live in C++ objects that only run on the CPU), meta parameters (no data).
 """
 
@@ -87,6 +87,9 @@ def is_parameter(torch: Any, t: Any) -> bool:
 
 def add_parameter(plan: Plan, name: str, p: Any, dest: Any) -> None:
     """A Parameter bound to a top-level name: moved in place, so it stays its module's."""
+    sharded = objects.sharded_reason(name, [p])
+    if sharded is not None:
+        raise Refused(sharded)
     devs = {p.device}
     grad = p.grad
     if grad is not None:
@@ -138,6 +141,9 @@ def add_module(
     accelerate = accelerate_reason(plan.T, name, m)
     if accelerate is not None:
         raise Refused(accelerate)
+    sharded = objects.sharded_reason(name, m.parameters())
+    if sharded is not None:
+        raise Refused(sharded)
     dest_of = _targets_by_name(m, layout) if dest is None else None
     devices: set[Any] = set()
     pending = False

@@ -12,7 +12,7 @@ from operator import attrgetter
 from typing import Any
 
 from .. import objects
-from .jobs import BulkTensors, Plan, PlannedItem, PutBack, storage_of
+from .jobs import BulkTensors, Plan, PlannedItem, PutBack, Refused, storage_of
 from .places import NAMESPACE
 
 _DEVICE = attrgetter("device")
@@ -24,6 +24,9 @@ _NBYTES = attrgetter("nbytes")
 
 def add_tensor(plan: Plan, name: str, t: Any, dest: Any) -> None:
     """A tensor bound to ``name``: copied, and the name rebound to the copy at commit."""
+    sharded = objects.sharded_reason(name, [t])
+    if sharded is not None:
+        raise Refused(sharded)
     dev = t.device
     if dev == dest:
         plan.skipped.append((name, f"already on {plan.device_label(dest)}"))

@@ -15,7 +15,7 @@ Kind, TorchTypes``; ``objects.walk(...)``): :mod:`.kinds` (``Kind``, ``TorchType
 ``kind_of``, ``instance_dict``), :mod:`.walker` (``children``, ``label``, ``walk``,
 ``structure``, ``signature``, the walk's limits), :mod:`.putback` (``is_mutable``,
 ``set_child``, ``rebuilt``), :mod:`.storage` (``add_storages``, ``StorageKey``,
-``Storages``), :mod:`.modules` (``module_parts``), :mod:`.offload` (``accelerate_dispatch``),
+``Storages``), :mod:`.modules` (``module_parts``), :mod:`.offload` (``accelerate_dispatch``, ``sharded_reason``),
 :mod:`.optimizers` (``optimizer_params``, ``optimizer_state_tensors``).
 
 API (for the scanner and the mover)
@@ -98,7 +98,7 @@ from .kinds import (
     kind_of_type,
 )
 from .modules import ModuleParts, module_parts
-from .offload import Dispatch, accelerate_dispatch
+from .offload import Dispatch, accelerate_dispatch, sharded_reason
 from .optimizers import optimizer_params, optimizer_state_tensors
 from .putback import is_mutable, rebuilt, set_child
 from .storage import (
@@ -176,6 +176,7 @@ __all__ = [
     "module_parts",
     "Dispatch",
     "accelerate_dispatch",
+    "sharded_reason",
     "optimizer_params",
     "optimizer_state_tensors",
 ]

@@ -1,10 +1,13 @@
-"""An accelerate-dispatched model (``cpu_offload``, ``disk_offload``, a ``device_map``): where its
-real weights live (the hooks' ``weights_map``) and why not to move it by hand, read from instance
-dicts only: accelerate's code never runs.
+"""Weights whose placement something else owns, and why not to move them by hand: an
+accelerate-dispatched model (``cpu_offload``, ``disk_offload``, a ``device_map``: where its real
+weights live, the hooks' ``weights_map``, read from instance dicts only: accelerate's code never
+runs), and DTensors sharded over a process group (FSDP2), placed by their device mesh.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from .kinds import TorchTypes, instance_dict
@@ -137,3 +140,18 @@ def _own_tensors(T: TorchTypes, module: Any, recurse: bool) -> list[tuple[str, A
                 if child is not None:
                     stack.append((f"{prefix}{local}.", child))
     return found
+
+
+def sharded_reason(name: str, tensors: Iterable[Any]) -> str | None:
+    """Why ``name`` must not be moved by hand when it holds DTensors (every parameter FSDP2's
+    ``fully_shard`` leaves, ``distribute_tensor``, ``distribute_module``), or None: the process
+    group's device mesh places each rank's shard, and one rank moving its shard alone breaks
+    the next collective. No cost while ``torch.distributed.tensor`` was never imported."""
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+    if dtensor is None or not any(isinstance(t, dtensor) for t in tensors):
+        return None
+    return (
+        f"{name} is sharded over the process group (DTensor): its device mesh places each "
+        "rank's shard, and moving one rank's shard by hand breaks the next collective; build "
+        "the mesh on the device you want (init_device_mesh) and shard the model there"
+    )

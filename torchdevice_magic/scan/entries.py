@@ -295,6 +295,9 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
     sharded = sharded_module_note(params)
     if sharded:
         notes.append(sharded)
+        # the device mesh places the shards: the row's Move is off, with the mover's reason
+        movable = False
+        movable_reason = objects.sharded_reason(name, params) or movable_reason
     if pending is None:
         by_device = bytes_by_device(storages)
         needed = _needed_bytes(storages)
