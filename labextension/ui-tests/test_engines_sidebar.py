@@ -73,6 +73,12 @@ def test_gather_shows_engines_and_expands_one(lab) -> None:
                 "144 B", timeout=30_000
             )
             expect(page.locator(engine_row(engine, "cpu"))).to_contain_text("64 B")
+        # the columns read first (engine, device, size) fit the sidebar's usual width
+        section = page.locator(SECTION).bounding_box()
+        size = page.locator(engine_row(0, "simdev:0")).locator("td", has_text="144 B")
+        box = size.bounding_box()
+        assert section is not None and box is not None
+        assert box["x"] + box["width"] <= section["x"] + section["width"], (box, section)
         expect(page.locator(f"{SECTION} .jp-TorchDevices-engines-note")).to_contain_text(
             "2 engines answered"
         )
