@@ -460,4 +460,5 @@ def test_09_dry_run(run_notebook):
     assert "Stopped at line 4: reads a tensor's value" in oom
     sgd = shown(cell(nb, "dry-sgd"))
     assert "✓ No device error." in sgd and "Would run out of memory" not in sgd
+    assert f"✓ Fits: would need 85.2 MiB on {device}, 256.0 MiB free." in sgd
     assert stream(cell(nb, "untouched")).split() == ["False", "True", "0"]
