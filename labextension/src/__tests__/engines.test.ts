@@ -16,7 +16,7 @@ function enginesMessage(change: Partial<IEnginesMessage> = {}): IEnginesMessage 
     request_id: 'tdm-x-1',
     available: true,
     message:
-      'no answer from engine 2: no answer within 2 s (busy: 1 of your requests not finished yet)',
+      'engine 2 is not in the table: no answer within 2 s (busy: 1 of your requests not finished yet)',
     seconds: 0.0241,
     expanded: null,
     missing: [
