@@ -61,6 +61,13 @@ def engine_row(engine: int, device: str) -> str:
 def test_gather_shows_engines_and_expands_one(lab) -> None:
     page = lab.page
     run_cell(page, "%load_ext torchdevice_magic")
+    if not page.locator(PANEL).is_visible():
+        page.click(TAB)
+    # no client yet: Gather says how to connect one, wrapped inside the sidebar
+    page.click(GATHER)
+    note = page.locator(f"{SECTION} .jp-TorchDevices-engines-note")
+    expect(note).to_contain_text("no ipyparallel client", timeout=30_000)
+    assert note.evaluate("n => n.scrollWidth <= n.clientWidth"), "the note runs out of the sidebar"
     started = run_cell(page, START)
     try:
         expect(started.locator(".jp-OutputArea")).to_contain_text("engines up: [0, 1]")
