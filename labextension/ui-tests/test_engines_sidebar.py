@@ -1,6 +1,7 @@
 """The sidebar's engines section in a real JupyterLab (headless Debian Chromium).
 
-The notebook's kernel starts a 2-engine ipyparallel cluster (``ipp.Cluster(n=2)``), each engine
+Before any client exists, Gather says how to connect one (wrapped inside the sidebar). Then the
+notebook's kernel starts a 2-engine ipyparallel cluster (``ipp.Cluster(n=2)``), each engine
 with the simulated accelerator and a model on it; Gather in the sidebar shows one row per engine
 and device from the engines' summaries, and expanding engine 1 lists its objects. The cluster is
 stopped at the end, whatever happened.
