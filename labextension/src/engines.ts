@@ -22,7 +22,11 @@ export class EnginesSection {
     this.node.setAttribute('aria-label', 'ipyparallel engines');
     const title = el('div', `${SECTION}-title`);
     title.append(el('h3', `${SECTION}-heading`, 'Engines'), this._gatherButton);
-    this.node.append(title, this._noteNode, this._tableNode, this._missingNode);
+    // the table scrolls sideways inside the sidebar; the columns a user reads first
+    // (engine, device, size) come first so they show at the sidebar's usual width
+    const scroll = el('div', `${SECTION}-scroll`);
+    scroll.append(this._tableNode);
+    this.node.append(title, this._noteNode, scroll, this._missingNode);
     this._gatherButton.addEventListener('click', () => this._ask(this._expanded));
   }
 
@@ -60,12 +64,12 @@ export class EnginesSection {
     for (const name of [
       '',
       'engine',
-      'rank',
-      'host',
       'device',
-      'objects',
       'size',
-      'used / total'
+      'objects',
+      'used / total',
+      'rank',
+      'host'
     ]) {
       head.append(el('th', undefined, name));
     }
@@ -104,12 +108,12 @@ export class EnginesSection {
       row.append(
         toggle,
         el('td', undefined, index === 0 ? String(engine.engine) : ''),
-        el('td', undefined, index === 0 && engine.rank !== null ? String(engine.rank) : ''),
-        el('td', undefined, index === 0 ? engine.host : ''),
         el('td', undefined, device?.device ?? '-'),
-        el('td', undefined, device ? String(device.objects) : '0'),
         el('td', undefined, device?.size ?? ''),
-        el('td', undefined, device?.memory ?? '')
+        el('td', undefined, device ? String(device.objects) : '0'),
+        el('td', undefined, device?.memory ?? ''),
+        el('td', undefined, index === 0 && engine.rank !== null ? String(engine.rank) : ''),
+        el('td', undefined, index === 0 ? engine.host : '')
       );
       if (index === 0 && engine.status) {
         row.title = engine.status;
@@ -119,14 +123,16 @@ export class EnginesSection {
     for (const item of engine.objects ?? []) {
       const row = el('tr', `${SECTION}-object`);
       row.dataset.engine = String(engine.engine);
-      const name = el('td', undefined, item.name);
-      name.colSpan = 4;
+      // under the engine's own columns: the name where the engine is, then device, size
+      // and the object's type where the engine row counts its objects
+      const type = el('td', undefined, item.type);
+      type.colSpan = 4;
       row.append(
         el('td'),
-        name,
+        el('td', undefined, item.name),
         el('td', undefined, item.device),
-        el('td', undefined, item.type),
-        el('td', undefined, item.size)
+        el('td', undefined, item.size),
+        type
       );
       body.append(row);
     }

@@ -1,6 +1,7 @@
 """The sidebar's engines section in a real JupyterLab (headless Debian Chromium).
 
-The notebook's kernel starts a 2-engine ipyparallel cluster (``ipp.Cluster(n=2)``), each engine
+Before any client exists, Gather says how to connect one (wrapped inside the sidebar). Then the
+notebook's kernel starts a 2-engine ipyparallel cluster (``ipp.Cluster(n=2)``), each engine
 with the simulated accelerator and a model on it; Gather in the sidebar shows one row per engine
 and device from the engines' summaries, and expanding engine 1 lists its objects. The cluster is
 stopped at the end, whatever happened.
@@ -61,6 +62,13 @@ def engine_row(engine: int, device: str) -> str:
 def test_gather_shows_engines_and_expands_one(lab) -> None:
     page = lab.page
     run_cell(page, "%load_ext torchdevice_magic")
+    if not page.locator(PANEL).is_visible():
+        page.click(TAB)
+    # no client yet: Gather says how to connect one, wrapped inside the sidebar
+    page.click(GATHER)
+    note = page.locator(f"{SECTION} .jp-TorchDevices-engines-note")
+    expect(note).to_contain_text("no ipyparallel client", timeout=30_000)
+    assert note.evaluate("n => n.scrollWidth <= n.clientWidth"), "the note runs out of the sidebar"
     started = run_cell(page, START)
     try:
         expect(started.locator(".jp-OutputArea")).to_contain_text("engines up: [0, 1]")
@@ -73,6 +81,12 @@ def test_gather_shows_engines_and_expands_one(lab) -> None:
                 "144 B", timeout=30_000
             )
             expect(page.locator(engine_row(engine, "cpu"))).to_contain_text("64 B")
+        # the columns read first (engine, device, size) fit the sidebar's usual width
+        section = page.locator(SECTION).bounding_box()
+        size = page.locator(engine_row(0, "simdev:0")).locator("td", has_text="144 B")
+        box = size.bounding_box()
+        assert section is not None and box is not None
+        assert box["x"] + box["width"] <= section["x"] + section["width"], (box, section)
         expect(page.locator(f"{SECTION} .jp-TorchDevices-engines-note")).to_contain_text(
             "2 engines answered"
         )

@@ -97,14 +97,17 @@ def test_the_users_model_still_moves_after_a_dry_run_of_its_move(simulated_devic
     assert ns["net"].weight.grad.device.type == "simdev"  # run's converter held weak refs
 
 
-def test_a_cell_that_would_not_fit_is_refused_with_the_numbers(simulated_device):
+def test_a_cell_that_would_not_fit_is_refused_and_one_that_fits_says_so(simulated_device):
     ns = {"torch": torch}
     cell = f"big = torch.empty(256, 1024, 1024, device='{simulated_device}')"
     report = dry_run(cell, ns, free={"simdev": 512 * 2**20})
     (fit,) = report.refused
     assert fit.device == simulated_device and fit.need == 2**30 and fit.free == 512 * 2**20
     assert "would need 1.0 GiB on simdev:0, 512.0 MiB free" in report.text()
-    assert not dry_run(cell, ns, free={"simdev": 2 * 2**30}).refused
+    fitting = dry_run(cell, ns, free={"simdev": 2 * 2**30})
+    assert not fitting.refused
+    assert "✓ Fits: would need 1.0 GiB on simdev:0, 2.0 GiB free." in fitting.text()
+    assert "✓ Fits" not in report.text()
     assert "big" not in ns
 
 

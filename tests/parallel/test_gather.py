@@ -181,6 +181,35 @@ def test_without_a_client_the_sidebar_is_told_there_are_no_engines(ip: Any) -> N
     assert "no ipyparallel client" in message["message"]
 
 
+def test_a_closed_client_is_named_in_words_by_the_magic_and_the_sidebar(
+    cluster: Any, ip: Any
+) -> None:
+    """``rc.close()`` before ``%devices --engines`` (or the sidebar's Gather): a usage message,
+    not ipyparallel's traceback. A second client of the shared cluster is the one closed."""
+    from IPython.core.error import UsageError
+
+    from torchdevice_magic.shell.gather import engines_handler
+
+    closed = cluster.cluster.connect_client_sync()
+    closed.wait_for_engines(2, timeout=60)
+    closed.activate()  # the %px magics' client, as the notebook's rc is
+    closed.close()
+    try:
+        with pytest.raises(LookupError, match="cannot reach its engines.*connect one again"):
+            gather(closed, timeout=5)
+        with pytest.raises(UsageError, match="cannot reach its engines"):
+            ip.run_line_magic("devices", "--engines")
+        channel = _Channel()
+        assert engines_handler(channel)(_request(None)) == (True, "", None)
+        [message] = channel.sent
+        assert message["available"] is False and "cannot reach" in message["message"]
+    finally:
+        px = ip.magics_manager.registry.pop("ParallelMagics", None)
+        for kind, names in getattr(px, "magics", {}).items():
+            for name in names:
+                ip.magics_manager.magics[kind].pop(name, None)
+
+
 def test_a_stopped_engine_is_named_and_one_without_the_extension_is_still_read() -> None:
     """A cluster of its own (the shared one must stay whole): engine 0 is frozen (SIGSTOP, as a
     hung or swapped-out process looks), engine 1 never loaded the extension."""

@@ -67,7 +67,10 @@ def test_the_table_has_a_row_per_engine_and_device_and_names_the_silent_engines(
     assert rows[3]["status"].startswith("no answer")
     text = gathered.text()
     assert "4.9 KiB / 78.1 KiB" in text
-    assert text.splitlines()[-1].startswith("no answer from engine 2")
+    assert text.splitlines()[-1] == (
+        "engine 2 is not in the table: no answer within 2 s (busy: 1 of your requests not "
+        "finished yet)"
+    )
     frame = gathered.to_frame()
     assert frame.attrs["missing"] == {2: gathered.missing[2]}
     assert frame.engine.tolist() == [0, 1, 1, 2]

@@ -107,8 +107,12 @@ class DryRunReport:
         else:
             out.append("✓ No device error up to where the prediction stopped.")
         out += self._memory_lines()
-        for fit in self.refused:
-            out.append(f"✗ Would run out of memory: {fit.text()}.")
+        for fit in self.fits:
+            if not fit.fits:
+                out.append(f"✗ Would run out of memory: {fit.text()}.")
+            elif fit.free is not None and not fit.device.startswith("cpu"):
+                # the host's free memory is rarely the question: only its refusal gets a line
+                out.append(f"✓ Fits: {fit.text()}.")
         if self.stopped is not None:
             out.append(self.stopped.text())
         out += [f"Note: {note}" for note in self.notes]

@@ -129,7 +129,13 @@ def gather(
         if engine not in registered:
             continue
         view = client.direct_view(engine)
-        result = view.apply_async(engine_report, engine in expanded)
+        try:
+            result = view.apply_async(engine_report, engine in expanded)
+        except RuntimeError as error:  # ipyparallel's "cannot be used after ... closed"
+            raise LookupError(
+                f"the ipyparallel client cannot reach its engines ({error}): connect one again "
+                "(rc = ipp.Client(), or rc = ipp.Cluster(n=2).start_and_connect_sync())"
+            ) from None
         _forget_history(client, result.msg_ids)
         pending[engine] = result
     deadline = started + timeout

@@ -215,8 +215,11 @@ class Gathered:
     def missing_line(self) -> str:
         if not self.missing:
             return ""
-        parts = [f"engine {engine}: {why}" for engine, why in sorted(self.missing.items())]
-        return "no answer from " + "; ".join(parts)
+        # each reason says itself why ("no answer within 2 s (busy: ...)", "failed: ...")
+        parts = [
+            f"engine {e} is not in the table: {why}" for e, why in sorted(self.missing.items())
+        ]
+        return "; ".join(parts)
 
     def text(self) -> str:
         head = ["engine", "rank", "host", "device", "objects", "size", "used / total"]

@@ -16,7 +16,7 @@ function enginesMessage(change: Partial<IEnginesMessage> = {}): IEnginesMessage 
     request_id: 'tdm-x-1',
     available: true,
     message:
-      'no answer from engine 2: no answer within 2 s (busy: 1 of your requests not finished yet)',
+      'engine 2 is not in the table: no answer within 2 s (busy: 1 of your requests not finished yet)',
     seconds: 0.0241,
     expanded: null,
     missing: [
@@ -75,9 +75,9 @@ describe('engines section', () => {
     const h = await connectedPanel(loadFixture('basic'));
     h.comm.receive(enginesMessage());
     expect(cells(h)).toEqual([
-      ['▸', '0', '0', 'node-a', 'cpu', '1', '160 B', ''],
-      ['', '', '', '', 'cuda:0', '2', '1.6 KiB', '2.0 MiB / 80.0 GiB'],
-      ['▸', '1', '1', 'node-b', '-', '0', '', '']
+      ['▸', '0', 'cpu', '160 B', '1', '', '0', 'node-a'],
+      ['', '', 'cuda:0', '1.6 KiB', '2', '2.0 MiB / 80.0 GiB', '', ''],
+      ['▸', '1', '-', '', '0', '', '1', 'node-b']
     ]);
     expect(q(h.panel.node, '.jp-TorchDevices-engines-note').textContent).toBe(
       '2 engines answered in 24 ms'
@@ -108,7 +108,7 @@ describe('engines section', () => {
     const objects = Array.from(
       h.panel.node.querySelectorAll('.jp-TorchDevices-engines-object td')
     ).map(td => td.textContent);
-    expect(objects).toEqual(['', 'model', 'cuda:1', 'Linear', '144 B']);
+    expect(objects).toEqual(['', 'model', 'cuda:1', '144 B', 'Linear']);
     const collapse = h.panel.node.querySelectorAll<HTMLButtonElement>(
       '.jp-TorchDevices-engines-expand'
     )[1];
