@@ -60,7 +60,8 @@ function delta(
     base,
     header,
     window: { upsert: [], remove: [], order: null, matching: 7, total: 7, ...fields },
-    last_action: null
+    last_action: null,
+    timeline: null
   };
 }
 
