@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,20 @@ def simulated_device() -> str:
     from torchdevice_magic.testing import simulated_accelerator
 
     return f"{simulated_accelerator()}:0"
+
+
+@pytest.fixture
+def two_devices(simulated_device: str) -> Iterator[str]:
+    """The simulated accelerator with two devices (``<kind>:0`` and ``<kind>:1``) for one test;
+    its device type is returned, and one device and device 0 as current are put back after."""
+    from torchdevice_magic.testing import simulated_accelerator
+
+    kind = simulated_accelerator(devices=2)
+    try:
+        yield kind
+    finally:
+        getattr(torch, kind).set_device(0)
+        simulated_accelerator(devices=1)
 
 
 def pytest_configure(config: pytest.Config) -> None:

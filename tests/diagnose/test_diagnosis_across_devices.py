@@ -5,23 +5,10 @@ rank (LOCAL_RANK set) the fix goes to the rank's own device instead, and says so
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
 import torchdevice_magic as tdm
-
-
-@pytest.fixture
-def two_devices(simulated_device: str) -> Iterator[str]:
-    from torchdevice_magic.testing import simulated_accelerator
-
-    kind = simulated_accelerator(devices=2)
-    try:
-        yield kind
-    finally:
-        simulated_accelerator(devices=1)
 
 
 @pytest.mark.simulated

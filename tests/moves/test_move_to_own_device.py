@@ -6,7 +6,6 @@ together."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,17 +14,6 @@ import torch
 import torchdevice_magic as tdm
 from torchdevice_magic import devices
 from torchdevice_magic.app import DeviceController, PlainSettings
-
-
-@pytest.fixture
-def two_devices(simulated_device: str) -> Iterator[str]:
-    from torchdevice_magic.testing import simulated_accelerator
-
-    kind = simulated_accelerator(devices=2)
-    try:
-        yield kind
-    finally:
-        simulated_accelerator(devices=1)
 
 
 @pytest.fixture

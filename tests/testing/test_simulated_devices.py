@@ -12,7 +12,6 @@ import os
 import pickle
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -20,16 +19,6 @@ import torch
 from torchdevice_magic.testing import DEVICES_VARIABLE, simulated_accelerator
 
 SAME_DEVICE = "Expected all tensors to be on the same device"
-
-
-@pytest.fixture
-def two_devices(simulated_device: str) -> Iterator[str]:
-    kind = simulated_accelerator(devices=2)
-    try:
-        yield kind
-    finally:
-        getattr(torch, kind).set_device(0)
-        simulated_accelerator(devices=1)
 
 
 @pytest.mark.simulated
