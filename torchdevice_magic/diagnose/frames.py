@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = [
@@ -16,8 +17,31 @@ __all__ = [
     "is_library_filename",
     "is_user_filename",
     "library_frames",
+    "traceback_entries",
     "user_frames",
 ]
+
+#: a traceback longer than this is a loop (a hand-built one), not a call stack
+_MOST_ENTRIES = 10_000
+
+
+def traceback_entries(tb: Any) -> Iterator[tuple[Any, Any, int]]:
+    """``(frame, code, line)`` of each entry of a traceback, outermost first; an entry whose
+    frame cannot be read is skipped, and the walk ends where the next one cannot be reached."""
+    steps = 0
+    while tb is not None and steps < _MOST_ENTRIES:
+        steps += 1
+        try:
+            frame = tb.tb_frame
+            entry = (frame, frame.f_code, tb.tb_lineno)
+        except Exception:
+            entry = None
+        if entry is not None:
+            yield entry
+        try:
+            tb = tb.tb_next
+        except Exception:
+            return
 
 
 def _torch() -> Any:
@@ -91,18 +115,11 @@ def is_cell_code(code: Any) -> bool:
 
 def user_frames(tb: Any, limit: int = 3) -> list[Any]:
     """The innermost ``limit`` user function frames (outermost first); cell code skipped."""
-    frames: list[Any] = []
-    steps = 0
-    while tb is not None and steps < 10_000:
-        steps += 1
-        try:
-            frame = tb.tb_frame
-            code = frame.f_code
-            if is_user_filename(code.co_filename) and not is_cell_code(code):
-                frames.append(frame)
-            tb = tb.tb_next
-        except Exception:
-            break
+    frames = [
+        frame
+        for frame, code, _ in traceback_entries(tb)
+        if is_user_filename(code.co_filename) and not is_cell_code(code)
+    ]
     return frames[-limit:]
 
 
@@ -120,18 +137,11 @@ def library_frames(tb: Any, limit: int = 3) -> list[Any]:
     (outermost first): where a library module read its own plain tensor attribute, or made a
     tensor without ``device=``."""
     frames: list[Any] = []
-    steps = 0
-    while tb is not None and steps < 10_000:
-        steps += 1
-        try:
-            code = tb.tb_frame.f_code
-            if is_user_filename(code.co_filename):
-                frames = []  # only what runs below the user's last frame
-            elif is_library_filename(code.co_filename) and code.co_name != "<module>":
-                frames.append(tb.tb_frame)
-            tb = tb.tb_next
-        except Exception:
-            break
+    for frame, code, _ in traceback_entries(tb):
+        if is_user_filename(code.co_filename):
+            frames = []  # only what runs below the user's last frame
+        elif is_library_filename(code.co_filename) and code.co_name != "<module>":
+            frames.append(frame)
     return frames[-limit:]
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .explain import Diagnosis
-from .frames import is_cell_code, is_user_filename
+from .frames import is_cell_code, is_user_filename, traceback_entries
 
 __all__ = [
     "ENGINE_INFO_KEY",
@@ -39,17 +39,9 @@ def failing_line(error: BaseException) -> dict[str, Any] | None:
     traceback (a cell's line, or a line of a function the user wrote), as plain data:
     ``{"file", "line", "function" (None for a cell), "source"}``."""
     found = None
-    tb = getattr(error, "__traceback__", None)
-    steps = 0
-    while tb is not None and steps < 10_000:
-        steps += 1
-        try:
-            code = tb.tb_frame.f_code
-            if is_user_filename(code.co_filename):
-                found = (code, tb.tb_lineno)
-        except Exception:
-            pass
-        tb = tb.tb_next
+    for _, code, line in traceback_entries(getattr(error, "__traceback__", None)):
+        if is_user_filename(code.co_filename):
+            found = (code, line)
     if found is None:
         return None
     code, line = found

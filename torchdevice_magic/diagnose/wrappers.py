@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .frames import is_cell_code, is_user_filename
+from .frames import is_cell_code, is_user_filename, traceback_entries
 
 __all__ = [
     "WRAPPERS",
@@ -157,18 +157,11 @@ def _cell_frames(err: BaseException, chain: list[BaseException]) -> list[tuple[A
     """(frame, line) of each frame that runs cell code (module level, or a timing wrapper's
     function), outermost first, from the first exception of the chain that has any."""
     for e in [err, *chain]:
-        found: list[tuple[Any, int]] = []
-        tb = getattr(e, "__traceback__", None)
-        steps = 0
-        while tb is not None and steps < 10_000:
-            steps += 1
-            try:
-                code = tb.tb_frame.f_code
-                if is_user_filename(code.co_filename) and is_cell_code(code):
-                    found.append((tb.tb_frame, tb.tb_lineno))
-            except Exception:
-                pass
-            tb = tb.tb_next
+        found = [
+            (frame, line)
+            for frame, code, line in traceback_entries(getattr(e, "__traceback__", None))
+            if is_user_filename(code.co_filename) and is_cell_code(code)
+        ]
         if found:
             return found
     return []
