@@ -15,6 +15,9 @@ IPYTHON_NAMES = frozenset(
     {"In", "Out", "_", "__", "___", "_i", "_ii", "_iii", "_ih", "_oh", "_dh", "exit", "quit"}
     | {"get_ipython", "_exit_code"}
 )
+#: the names IPython binds to new objects after every cell it stores in its history (the input
+#: history always, the output history when the cell has a result): a scan expects them to change
+REBOUND_EVERY_CELL = ("_i", "_ii", "_iii", "_", "__", "___")
 _IPYTHON_NUMBERED = re.compile(r"_i?\d+\Z")
 
 

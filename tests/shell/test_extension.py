@@ -253,6 +253,36 @@ def test_the_hook_sees_a_name_rebound_by_any_route(ip, tmp_path, cell, shape):
     assert session.app.inventory.records_of("t9")[0].shape == (4,)
 
 
+def test_cells_stored_in_the_history_keep_the_rescans_quick_path(ip, monkeypatch):
+    """A kernel stores every cell in IPython's history, which binds ``_i``, ``_ii``, ``_iii``
+    (and, with a result, ``_``, ``__``, ``___``) to new objects after each one: the rescan
+    expects those, so an ordinary cell is settled by one comparison of the namespace's ids,
+    never by the name-by-name search that an ``exec`` rebinding needs."""
+    from torchdevice_magic.scan import scanner
+
+    searches: list[list[str]] = []
+    search = scanner._rebound_anywhere
+
+    def counted(names, ids, old_ids):
+        found = search(names, ids, old_ids)
+        searches.append(found)
+        return found
+
+    monkeypatch.setattr(scanner, "_rebound_anywhere", counted)
+    code = "import torch\n" + "\n".join(f"t{i} = torch.ones(2)" for i in range(300))
+    ip.run_cell(code, store_history=True)
+    ip.run_cell("t9 = torch.ones(4)", store_history=True)
+    ip.run_cell("t9.sum()", store_history=True)  # a result: _, __, ___ move as well
+    searches.clear()
+    for cell in ("t9 = torch.ones(5)", "t9.sum()", "t8 = t9 * 2"):
+        assert ip.run_cell(cell, store_history=True).success
+    assert searches == []
+    assert get_session(ip).app.inventory["t8"].shape == (5,)
+    ip.run_cell("exec('t3 = torch.ones(7)')", store_history=True)
+    assert len(searches) == 1 and "t3" in searches[0]  # a rebinding the cell does not name
+    assert get_session(ip).app.inventory["t3"].shape == (7,)
+
+
 def test_hook_warns_once_when_the_model_is_recreated_but_not_its_optimizer(ip):
     run(
         ip, "import torch\nmodel = torch.nn.Linear(3, 2)\nopt = torch.optim.SGD(model.parameters())"

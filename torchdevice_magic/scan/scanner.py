@@ -36,7 +36,7 @@ from itertools import chain, compress, repeat
 from operator import is_, ne, not_
 from typing import Any
 
-from ..names import IPYTHON_NAMES, is_ipython_bookkeeping
+from ..names import IPYTHON_NAMES, REBOUND_EVERY_CELL, is_ipython_bookkeeping
 from ..objects import Kind, StorageKey, TorchTypes
 from ..records import Record
 from .book import _names_left, _new_serial, _State
@@ -332,7 +332,9 @@ def _rescan(
         elif len(keys) > known:
             positions.update(zip(keys[known:], range(known, len(keys))))  # noqa: B905
         changed = list(changed)
-        stale = _rebound(keys, ids, state.ids, positions, changed)
+        # IPython's history names change after every stored cell: expected, so they keep
+        # the one-comparison path of _rebound (and are skipped below as bookkeeping)
+        stale = _rebound(keys, ids, state.ids, positions, chain(changed, REBOUND_EVERY_CELL))
         stale += keys[known:]
     else:
         left = _names_left(state.keys, keys)
@@ -450,6 +452,13 @@ def _rebound(
                 ids[index] = value
         if same:
             return [names[i] for i, value in sorted(saved.items()) if value != old_ids[i]]
+    return _rebound_anywhere(names, ids, old_ids)
+
+
+def _rebound_anywhere(names: list[str], ids: list[int], old_ids: list[int]) -> list[str]:
+    """:func:`_rebound` without knowing where to look: chunks compared as lists, only those
+    that differ looked at name by name."""
+    known = len(old_ids)
     found: list[str] = []
     for start in range(0, known, _REBOUND_CHUNK):
         stop = min(start + _REBOUND_CHUNK, known)
