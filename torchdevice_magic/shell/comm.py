@@ -192,7 +192,7 @@ class SidebarChannel:
         inventory = app.current_inventory()
         for comm_id, subscriber in list(self.comms.items()):
             live = subscriber.live
-            if live.window is None or (
+            if not live.shown or (
                 subscriber.header is not None
                 and subscriber.header["torch_imported"] != inventory.torch_imported
             ):
@@ -228,7 +228,7 @@ class SidebarChannel:
             if delta is None:
                 from ..viewmodel import Delta
 
-                delta = Delta((), (), None, live.window.matching, live.window.total)
+                delta = Delta((), (), None, live.matching, live.total)
             outgoing[comm_id] = protocol.envelope(
                 "delta",
                 seq=subscriber.seq,

@@ -441,7 +441,7 @@ class TableWindow:
         self.inventory = inventory
         target = app.choose_target(wanted)
         live = self.live
-        if live.window is None or live.target != target:
+        if not live.shown or live.target != target:
             live.reset(inventory, self.spec(sort, filter_text, wanted), target)
         else:
             live.update(inventory)
