@@ -517,3 +517,38 @@ def test_another_part_adds_a_message_type_in_one_row(channel, shell, monkeypatch
     assert fake.sent[0]["text"] == "HI"
     replies, _ = fake.request({"type": "echo", "request_id": "e2", "text": 3})
     assert not replies[0]["ok"] and "must be a string" in replies[0]["message"]
+
+
+def test_an_optimizer_without_state_names_its_parameters_device_in_every_view(channel, shell):
+    """The sidebar's row, the widget table's row and ``%devices --text`` say the same for an
+    optimizer without state: the device of the parameters it updates; after a cell gives
+    plain SGD momentum, the rescan says it will get state (never "keeps no state" then)."""
+    pytest.importorskip("ipywidgets")
+    from shellcells import run
+
+    from torchdevice_magic.shell.widget import DeviceTable
+
+    session, fake = channel
+    shell.run_cell("adam = torch.optim.Adam(model.parameters())", store_history=True)
+    fake.request({"type": "refresh", "request_id": "r1"})
+    view = fake.sent[-1]
+    sidebar = {row["name"]: row["device"] for row in view["window"]["rows"]}
+    fake.sent.clear()
+    table = DeviceTable(session.app)
+    try:
+        widget = {row[0]: row[2] for row in table.rendered_rows()}
+    finally:
+        table.close()
+    _, _, text = run(shell, "%devices --text")
+    expected = {"opt": "cpu (params; no state)", "adam": "cpu (params; no state yet)"}
+    for name, device in expected.items():
+        assert sidebar[name] == widget[name] == device
+        assert any(line.startswith(f"{name} ") and device in line for line in text.splitlines())
+    mirror = Mirror()
+    for message in [view, *fake.sent]:
+        mirror.apply(message)
+    fake.sent.clear()
+    shell.run_cell("opt.param_groups[0]['momentum'] = 0.9", store_history=True)
+    for message in fake.sent:  # the cell's delta: the rescan saw the row change
+        mirror.apply(message)
+    assert mirror.rows["opt"]["device"] == "cpu (params; no state yet)"
