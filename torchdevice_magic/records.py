@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+#: The note the scan gives an optimizer that never keeps state (torch's SGD without momentum),
+#: unlike one that has none yet (Adam before its first step).
+KEEPS_NO_STATE = "keeps no state (SGD without momentum)"
+
 
 @dataclass(frozen=True, slots=True)
 class Record:
@@ -48,8 +52,25 @@ class Record:
     truncated: bool = False
 
     @property
+    def row_devices(self) -> tuple[str, ...]:
+        """The devices a row names (its device column, the device sort): where its data is;
+        for an optimizer without state, where the parameters it updates are. That optimizer
+        holds no bytes of its own: totals and moves read ``devices``, never this."""
+        if self.devices or self.kind != "optimizer":
+            return self.devices
+        return self.param_devices
+
+    @property
     def device(self) -> str:
-        return ", ".join(self.devices) if self.devices else "-"
+        """The device column's words: ``cpu``; ``cpu, cuda:0``; an optimizer without state
+        says where its parameters are and that the device is theirs, ``cpu (params; no state
+        yet)``; ``-`` for what holds no tensor."""
+        if self.devices:
+            return ", ".join(self.devices)
+        if self.kind == "optimizer" and self.param_devices:
+            state = "no state" if self.note == KEEPS_NO_STATE else "no state yet"
+            return f"{', '.join(self.param_devices)} (params; {state})"
+        return "-"
 
     def data_bytes(self) -> int:
         """The object's own data, gradients apart: the one size figure every view shows (the
@@ -117,4 +138,4 @@ class ColumnRows(NamedTuple):
 
 NO_COLUMNS = ColumnRows([], [], [], frozenset())
 
-__all__ = ["Record", "DeviceTotal", "ColumnRows", "NO_COLUMNS"]
+__all__ = ["Record", "DeviceTotal", "ColumnRows", "NO_COLUMNS", "KEEPS_NO_STATE"]

@@ -18,8 +18,9 @@ from .viewmodel import COLUMNS, Header, Row, Window
 #: Renderings list at most this many rows (biggest first); the rest is summarised in one line.
 MAX_RENDERED_ROWS = 200
 
-#: Columns that are never cut (the rest may be, with the full text in the tooltip).
-_WHOLE = ("name", "size", "grad")
+#: Columns that are never cut (the rest may be, with the full text in the tooltip); the device
+#: is whole as in the widget table and the sidebar.
+_WHOLE = ("name", "size", "grad", "device")
 
 
 def as_of_text(as_of: int | None, live: bool = False) -> str:

@@ -59,15 +59,21 @@ def client():
 
 def test_each_cell_sends_the_sidebar_one_message_with_its_chart_row(client):
     comm_id = uuid.uuid4().hex
-    _run(client, "%load_ext torchdevice_magic\nimport torch\nx = torch.zeros(4)", comm_id)
+    first, _ = _run(
+        client, "%load_ext torchdevice_magic\nimport torch\nx = torch.zeros(4)", comm_id
+    )
     opening = client.session.msg(
         "comm_open", {"comm_id": comm_id, "target_name": protocol.COMM_TARGET, "data": {}}
     )
     client.shell_channel.send(opening)
     [view] = _comm_data_until_idle(client, opening["header"]["msg_id"], comm_id)
     assert view["type"] == "view"
-    chart: list[dict[str, Any]] = []
-    carried_by = None
+    # the opening view carries the chart recorded before the sidebar opened
+    protocol.check_timeline_update(view["timeline"])
+    assert view["timeline"]["follows"] is None
+    chart: list[dict[str, Any]] = view["timeline"]["rows"]
+    assert chart[-1]["cell"] == first
+    carried_by = view["seq"]
     for index in range(3):
         cell, sent = _run(client, f"y = torch.zeros({8 * (index + 1)})", comm_id)
         [message] = sent  # one message per cell: the delta carries the chart's row
@@ -76,7 +82,7 @@ def test_each_cell_sends_the_sidebar_one_message_with_its_chart_row(client):
         update = message["timeline"]
         protocol.check_timeline_update(update)
         assert update["follows"] == carried_by
-        chart = update["rows"] if carried_by is None else chart + update["rows"]
+        chart = chart + update["rows"]
         carried_by = message["seq"]
         assert chart[-1]["cell"] == cell and chart[-1]["delta"] == 8 * 4
     _, sent = _run(client, "n = 1", comm_id)

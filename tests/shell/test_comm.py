@@ -353,14 +353,14 @@ def test_a_move_made_outside_the_sidebar_reaches_it_in_the_delta(channel, shell)
 
 def test_each_cell_sends_one_message_with_only_its_own_timeline_rows(channel, shell):
     """One message per cell and sidebar: the memory chart's rows travel inside the cell's
-    delta, once: the first on a comm is the whole chart, every later one the rows of the
-    cells since, following it; the sidebar's chart (the rows added up, as connection.ts's
+    delta, once: the opening view carries the whole chart, every later message the rows of
+    the cells since, following it; the sidebar's chart (the rows added up, as connection.ts's
     mergeTimeline does) equals the whole chart."""
     session, fake = channel
     mirror = Mirror()
-    for message in fake.sent:
-        mirror.apply(message)
-    follows = None
+    [opening] = fake.sent
+    mirror.apply(opening)
+    follows = opening["seq"]
     for index in range(5):
         fake.sent.clear()
         result = shell.run_cell(f"w{index} = torch.zeros({index + 2})", store_history=True)
@@ -369,16 +369,80 @@ def test_each_cell_sends_one_message_with_only_its_own_timeline_rows(channel, sh
         mirror.apply(message)
         update = message["timeline"]
         assert update["follows"] == follows
-        cells = [row["cell"] for row in update["rows"]]
-        if follows is None:  # the cell run before the sidebar opened is in the first
-            assert len(cells) == 2 and cells[-1] == result.execution_count
-        else:
-            assert cells == [result.execution_count]
+        assert [row["cell"] for row in update["rows"]] == [result.execution_count]
         follows = message["seq"]
     assert mirror.chart == protocol.timeline(session.app.timeline.to_json())["rows"]
     fake.sent.clear()
     shell.run_cell("n = 3")  # nothing tensor-related, no new row: no timeline either
     assert fake.sent == []
+
+
+def chart_cells(mirror: Mirror) -> list:
+    return [row["cell"] for row in mirror.chart]
+
+
+def test_a_sidebar_opened_after_three_cells_shows_their_rows_and_the_next_cell_adds_one(shell):
+    """The opening view carries the whole chart recorded so far (the chart is never empty
+    until the next cell), and the next cell sends only its own row, following it."""
+    session = get_session(shell)
+    cells = [
+        shell.run_cell(f"c{index} = torch.zeros({index + 7})", store_history=True).execution_count
+        for index in range(3)
+    ]
+    fake = FakeComm()
+    session.channel._on_open(fake, {"content": {"data": {}}})
+    [opening] = fake.sent
+    assert opening["type"] == "view" and opening["timeline"]["follows"] is None
+    mirror = Mirror()
+    mirror.apply(opening)
+    assert chart_cells(mirror)[-3:] == cells
+    assert mirror.chart == protocol.timeline(session.app.timeline.to_json())["rows"]
+    fake.sent.clear()
+    result = shell.run_cell("c3 = torch.zeros(11)", store_history=True)
+    [message] = fake.sent
+    assert [row["cell"] for row in message["timeline"]["rows"]] == [result.execution_count]
+    assert message["timeline"]["follows"] == opening["seq"]
+    mirror.apply(message)
+    assert chart_cells(mirror)[-4:] == [*cells, result.execution_count]
+    assert mirror.chart == protocol.timeline(session.app.timeline.to_json())["rows"]
+
+
+def test_refresh_and_reopening_send_the_whole_chart_never_doubled(channel, shell):
+    """A refresh's view and a reopened sidebar's first view replace the chart with the whole
+    one (follows null); a ``window`` request keeps the chart the sidebar has."""
+    session, fake = channel
+    mirror = Mirror()
+    for index in range(2):
+        shell.run_cell(f"r{index} = torch.zeros({index + 4})", store_history=True)
+    for message in fake.sent:
+        mirror.apply(message)
+    whole = protocol.timeline(session.app.timeline.to_json())["rows"]
+    assert mirror.chart == whole
+    fake.request({"type": "refresh", "request_id": "r1"})
+    view = fake.sent[-1]
+    assert view["type"] == "view" and view["timeline"]["follows"] is None
+    for message in fake.sent:
+        mirror.apply(message)
+    assert mirror.chart == whole
+    spec = {"sort": "name", "reverse": False, "filter": "", "offset": 0, "limit": 50}
+    _, [window] = fake.request({"type": "window", "request_id": "w1", "spec": spec})
+    assert window["timeline"] is None
+    for message in fake.sent:
+        mirror.apply(message)
+    assert mirror.chart == whole
+    fake.sent.clear()
+    shell.run_cell("r2 = torch.zeros(9)", store_history=True)
+    for message in fake.sent:
+        mirror.apply(message)
+    whole = protocol.timeline(session.app.timeline.to_json())["rows"]
+    assert mirror.chart == whole
+    fake.close()
+    reopened = FakeComm("reopened")
+    session.channel._on_open(reopened, {"content": {"data": {}}})
+    again = Mirror()
+    for message in reopened.sent:
+        again.apply(message)
+    assert again.chart == whole
 
 
 def test_a_cell_whose_window_has_nothing_to_say_sends_its_timeline_rows_alone(channel, shell):
@@ -453,3 +517,38 @@ def test_another_part_adds_a_message_type_in_one_row(channel, shell, monkeypatch
     assert fake.sent[0]["text"] == "HI"
     replies, _ = fake.request({"type": "echo", "request_id": "e2", "text": 3})
     assert not replies[0]["ok"] and "must be a string" in replies[0]["message"]
+
+
+def test_an_optimizer_without_state_names_its_parameters_device_in_every_view(channel, shell):
+    """The sidebar's row, the widget table's row and ``%devices --text`` say the same for an
+    optimizer without state: the device of the parameters it updates; after a cell gives
+    plain SGD momentum, the rescan says it will get state (never "keeps no state" then)."""
+    pytest.importorskip("ipywidgets")
+    from shellcells import run
+
+    from torchdevice_magic.shell.widget import DeviceTable
+
+    session, fake = channel
+    shell.run_cell("adam = torch.optim.Adam(model.parameters())", store_history=True)
+    fake.request({"type": "refresh", "request_id": "r1"})
+    view = fake.sent[-1]
+    sidebar = {row["name"]: row["device"] for row in view["window"]["rows"]}
+    fake.sent.clear()
+    table = DeviceTable(session.app)
+    try:
+        widget = {row[0]: row[2] for row in table.rendered_rows()}
+    finally:
+        table.close()
+    _, _, text = run(shell, "%devices --text")
+    expected = {"opt": "cpu (params; no state)", "adam": "cpu (params; no state yet)"}
+    for name, device in expected.items():
+        assert sidebar[name] == widget[name] == device
+        assert any(line.startswith(f"{name} ") and device in line for line in text.splitlines())
+    mirror = Mirror()
+    for message in [view, *fake.sent]:
+        mirror.apply(message)
+    fake.sent.clear()
+    shell.run_cell("opt.param_groups[0]['momentum'] = 0.9", store_history=True)
+    for message in fake.sent:  # the cell's delta: the rescan saw the row change
+        mirror.apply(message)
+    assert mirror.rows["opt"]["device"] == "cpu (params; no state yet)"

@@ -131,6 +131,48 @@ def test_an_optimizer_without_state_says_so() -> None:
     assert rows["model"].action.enabled
 
 
+def test_an_optimizer_without_state_says_where_its_parameters_are() -> None:
+    """One rule for every view: the row of an optimizer without state names the device of the
+    parameters it updates, and that the device is theirs; torch's SGD without momentum keeps
+    no state at all (never "yet"). It holds no bytes of its own: totals, the devices the
+    record holds data on and its button stay as they were."""
+    model = torch.nn.Linear(2, 2)
+    on_meta = torch.ones(3, device="meta")
+    adam = torch.optim.Adam(model.parameters())
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    inv = scan({"model": model, "adam": adam, "sgd": sgd, "on_meta": on_meta})
+    rows = {r.name: r for r in vm.window(inv.records, WindowSpec(), "meta").rows}
+    assert rows["adam"].device == "cpu (params; no state yet)"
+    assert rows["sgd"].device == "cpu (params; no state)"
+    assert rows["sgd"].status == "keeps no state (SGD without momentum)"
+    assert rows["sgd"].action.reason.startswith("sgd keeps no state (SGD without momentum)")
+    assert "no state yet" in rows["adam"].action.reason and not rows["adam"].action.enabled
+    records = {r.name: r for r in inv.records}
+    assert records["adam"].devices == () and records["adam"].bytes == 0
+    assert records["adam"].to_dict()["device"] == "cpu (params; no state yet)"
+    assert inv.totals() == scan({"model": model, "on_meta": on_meta}).totals()
+    # sorted and filtered by the device it names: among the cpu rows
+    by_device = names(vm.window(inv.records, WindowSpec(sort="device"), None))
+    assert by_device == ["model", "adam", "sgd", "on_meta"]
+    assert set(names(vm.window(inv.records, WindowSpec(filter="cpu"), None))) == {
+        "model",
+        "adam",
+        "sgd",
+    }
+    # with momentum SGD gets state at its first step; after a step the state's device shows
+    sgd.param_groups[0]["momentum"] = 0.9
+    model(torch.ones(2)).sum().backward()
+    adam.step()
+    rows = {
+        r.name: r
+        for r in vm.window(
+            scan({"model": model, "adam": adam, "sgd": sgd}).records, WindowSpec(), None
+        ).rows
+    }
+    assert rows["adam"].device == "cpu" and rows["adam"].size_bytes > 0
+    assert rows["sgd"].device == "cpu (params; no state yet)"
+
+
 def test_internal_codes_are_said_in_words() -> None:
     assert vm.in_words("not_on_expected_device") == (
         "a tensor is not on the device the operation expected"

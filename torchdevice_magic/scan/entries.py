@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import objects
 from ..objects import Kind, StorageKey, Storages, TorchTypes
-from ..records import Record
+from ..records import KEEPS_NO_STATE, Record
 from ..units import device_sort_key, format_bytes
 from .facts import (
     _data_ptr,
@@ -404,7 +404,23 @@ def _optimizer_signature(
         tuple(map(id, values)),
         lists,
         tuple(map(T.Tensor.data_ptr, params)),
+        # without state, whether it keeps none depends on the momentum (the row says which)
+        () if state else _plain_sgd_momenta(T, optimizer),
     )
+
+
+def _plain_sgd_momenta(T: TorchTypes, optimizer: Any) -> tuple[Any, ...]:
+    """The momentum of each parameter group of torch's own SGD (which keeps state only with
+    momentum), else ()."""
+    if type(optimizer) is not T.torch.optim.SGD:
+        return ()
+    return tuple(group.get("momentum", 0) for group in optimizer.param_groups)
+
+
+def _keeps_no_state(T: TorchTypes, optimizer: Any) -> bool:
+    """Whether the optimizer never gets state: torch's SGD without momentum."""
+    momenta = _plain_sgd_momenta(T, optimizer)
+    return bool(momenta) and not any(momenta)
 
 
 def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None = None) -> _Entry:
@@ -474,6 +490,8 @@ def _optimizer_entry(T: TorchTypes, optimizer: Any, name: str, root: str | None 
             f"state on {', '.join(devices_present)} but parameters on "
             f"{', '.join(parameter_devices)}"
         )
+    elif not state and _keeps_no_state(T, optimizer):
+        note = KEEPS_NO_STATE
     record = Record(
         name,
         root or name,

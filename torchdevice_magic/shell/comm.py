@@ -1,13 +1,13 @@
 """The kernel end of the JupyterLab sidebar's channel: comm target ``torchdevice_magic``.
 
 Protocol v3 (:mod:`.protocol`): opening the comm gets the first window (the 200 biggest rows)
-at once; the sidebar asks for other windows (sort, filter, page, target); after each cell the
-kernel sends only what changed in that window and in the header (a ``delta``, the memory
-chart's new rows inside it: one message per cell), and nothing at all when the cell changed
-nothing tensor-related. ``refresh`` / ``move`` / ``undo`` go to the
-controller (:class:`torchdevice_magic.app.DeviceController`). Every request is validated by
-:func:`protocol.parse_request` first: nothing a message says is ever executed as code. All
-figures come from :mod:`.viewmodel`.
+and the memory chart recorded so far at once; the sidebar asks for other windows (sort,
+filter, page, target); after each cell the kernel sends only what changed in that window and
+in the header (a ``delta``, the memory chart's new rows inside it: one message per cell), and
+nothing at all when the cell changed nothing tensor-related. ``refresh`` / ``move`` / ``undo``
+go to the controller (:class:`torchdevice_magic.app.DeviceController`). Every request is
+validated by :func:`protocol.parse_request` first: nothing a message says is ever executed as
+code. All figures come from :mod:`.viewmodel`.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class SidebarChannel:
         # frontend without our sidebar closes the comm, and then nothing more is sent.
         try:
             subscriber = _Subscriber(None)
-            data = self._view(subscriber)
+            data = self._view(subscriber, whole_chart=True)
             announced = create_comm(target_name=protocol.COMM_TARGET, data=data)
             subscriber.channel = announced
             self._attach(subscriber)
@@ -121,7 +121,7 @@ class SidebarChannel:
     def _on_open(self, channel: Any, open_message: dict[str, Any]) -> None:
         subscriber = _Subscriber(channel)
         self._attach(subscriber)
-        self._send(subscriber, self._view(subscriber))
+        self._send(subscriber, self._view(subscriber, whole_chart=True))
 
     def _attach(self, subscriber: _Subscriber) -> None:
         channel = subscriber.channel
@@ -138,8 +138,15 @@ class SidebarChannel:
             self.app.remove_listener(self.push)
 
     # -- kernel -> sidebar ---------------------------------------------------------------------
-    def _view(self, subscriber: _Subscriber, spec: WindowSpec | None = None) -> dict[str, Any]:
-        """A whole window and header (on open, on a ``window`` request, on ``refresh``)."""
+    def _view(
+        self, subscriber: _Subscriber, spec: WindowSpec | None = None, whole_chart: bool = False
+    ) -> dict[str, Any]:
+        """A whole window and header (on open, on a ``window`` request, on ``refresh``).
+
+        ``whole_chart`` (on open and on ``refresh``): the memory chart recorded so far goes
+        along (``follows`` null, so the sidebar replaces its chart: never doubled), and later
+        cells send only their own rows after it. A ``window`` request leaves the chart the
+        sidebar has as it is."""
         app = self.app
         inventory = app.current_inventory()
         with collector_paused():  # the head of the order: sort keys of the rows it keeps
@@ -150,6 +157,10 @@ class SidebarChannel:
         subscriber.header = header.to_wire()
         subscriber.actions = app.actions
         subscriber.seq += 1
+        chart = app.timeline_update() if whole_chart else None
+        if chart is not None:
+            subscriber.timeline_seq = subscriber.seq
+            subscriber.timeline_rows = app.timeline.recorded
         return protocol.envelope(
             "view",
             seq=subscriber.seq,
@@ -157,7 +168,7 @@ class SidebarChannel:
             window=window.to_wire(),
             last_action=app.last_action,
             live=True,
-            timeline=None,
+            timeline=chart,
         )
 
     def push(self, app: DeviceController) -> None:
@@ -300,7 +311,7 @@ class SidebarChannel:
         self._reply(comm_id, request.request_id, ok, text, outcome)
         if request.type == "refresh":
             for each in list(self.comms.values()):
-                self._send(each, self._view(each))
+                self._send(each, self._view(each, whole_chart=True))
         elif not ok:
             self.push(self.app)  # moves and undos already pushed through after_action
 

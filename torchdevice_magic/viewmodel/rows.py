@@ -13,6 +13,7 @@ from operator import add, and_, getitem, lshift
 from typing import Any
 
 from ..devices import full_device_name, same_device
+from ..records import KEEPS_NO_STATE
 from ..units import device_sort_key, format_bytes
 
 #: Internal codes some parts of the core use, said in words wherever a view shows them.
@@ -134,7 +135,7 @@ def sort_key(record: Any, sort: str) -> tuple[Any, ...]:
         return (-record.data_bytes(), -record.would_need_bytes, natural_key(record.name))
     if sort == "device":
         return (
-            tuple(map(device_sort_key, record.devices)),
+            tuple(map(device_sort_key, record.row_devices)),
             -record.data_bytes(),
             natural_key(record.name),
         )
@@ -246,12 +247,12 @@ def row_action(
     if record.hidden:
         return Action(False, label, f"{record.name} is held only by IPython's output history")
     if record.kind == "optimizer" and not record.bytes and not record.devices:
-        return Action(
-            False,
-            label,
-            f"{record.name} has no state yet (it gets some at its first step); "
-            "its parameters move with their module",
+        why = (
+            KEEPS_NO_STATE
+            if record.note == KEEPS_NO_STATE
+            else "has no state yet (it gets some at its first step)"
         )
+        return Action(False, label, f"{record.name} {why}; its parameters move with their module")
     if not record.movable:
         why = in_words(record.note) if record.note else "it holds no data to move"
         return Action(False, label, f"{record.name} cannot be moved: {why}")

@@ -237,3 +237,32 @@ describe('the panel', () => {
     expect(harness.comm.sent.length).toBe(sentBefore); // every delta applied in step
   });
 });
+
+describe('the chart a view carries', () => {
+  it("draws the opening view's chart at once; a refresh's whole chart replaces it, never doubled", async () => {
+    const view = loadFixture(fixtureNames()[0]);
+    const whole = kernelTimeline();
+    const opening = { ...view, timeline: { rows: whole.rows, follows: null } };
+    harness = await connectedPanel(opening);
+    const chart = harness.panel.node.querySelector<HTMLElement>('.jp-TorchDeviceMagic-timeline')!;
+    expect(chart.hidden).toBe(false);
+    expect(harness.connection.timeline?.rows).toEqual(whole.rows);
+    expect(chart.querySelectorAll('circle')).toHaveLength(whole.rows.length);
+
+    const next = row(99, 4096, 1024, { label: 'cpu: after cell 99' });
+    harness.comm.receive(message([next], view.seq + 1, view.seq));
+    expect(harness.connection.timeline?.rows).toEqual([...whole.rows, next]);
+
+    // a window request's view keeps the chart; a refresh's view sends it whole again
+    harness.comm.receive({ ...view, seq: view.seq + 2, timeline: null });
+    expect(harness.connection.timeline?.rows).toEqual([...whole.rows, next]);
+    const refreshed = [...whole.rows, next];
+    harness.comm.receive({
+      ...view,
+      seq: view.seq + 3,
+      timeline: { rows: refreshed, follows: null }
+    });
+    expect(harness.connection.timeline?.rows).toEqual(refreshed);
+    expect(chart.querySelectorAll('circle')).toHaveLength(refreshed.length);
+  });
+});
