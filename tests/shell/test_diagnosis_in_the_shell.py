@@ -226,3 +226,49 @@ def test_a_button_move_the_rerun_disproves_is_undone_and_the_diagnosis_says_so(
         f"Tried: moved unrelated to {dev} and ran the cell again: it failed with a device " in shown
     )
     assert "error again, so the move was undone" in shown
+
+
+def test_under_capture_the_fix_button_goes_where_the_diagnosis_goes_and_works(
+    ip, monkeypatch
+) -> None:
+    """``%%capture`` hides the cell's output, not its error (ipykernel sends the traceback past
+    the capture): the diagnosis and its fix button are shown in the outer cell's output, and
+    the button moves and asks the notebook to re-run the outer cell (the one the user wrote)."""
+    ipywidgets = pytest.importorskip("ipywidgets")
+    from ipywidgets.widgets.widget import _instances
+
+    from torchdevice_magic.shell import hooks
+
+    monkeypatch.setattr(hooks, "widgets_render", lambda shell: True)  # as in a kernel
+    ip.run_line_magic("config", "TorchDeviceMagic.allow_meta_target = True")
+    run(ip, SETUP)
+    session = get_session(ip)
+    comm = _Comm()
+    session.channel._on_open(comm, {})  # a sidebar is listening
+    try:
+        with capture_output() as seen:
+            ip.run_cell("%%capture inside\ny = model(x)", cell_id="cell-42")
+        views = [
+            o.data["application/vnd.jupyter.widget-view+json"]
+            for o in seen.outputs
+            if "application/vnd.jupyter.widget-view+json" in o.data
+        ]
+        texts = [o.data.get("text/plain", "") for o in seen.outputs]
+        assert any(text.startswith("Device mismatch: x (Tensor") for text in texts), texts
+        assert len(views) == 1, seen.outputs
+        inside = ip.user_ns["inside"]
+        assert not any("Device mismatch" in o.data.get("text/plain", "") for o in inside.outputs)
+        assert not any("application/vnd.jupyter.widget-view+json" in o.data for o in inside.outputs)
+        box = _instances[views[0]["model_id"]]
+        assert isinstance(box, ipywidgets.HBox)
+        button, status = box.children
+        assert button.description == "Move x to meta and re-run"
+        button.click()
+    finally:
+        session.channel.comms.pop(comm.comm_id)
+    assert ip.user_ns["x"].device.type == "meta"
+    assert {k: v for k, v in comm.sent[-1].items() if k != "seq"} == protocol.rerun("cell-42")
+    assert "re-running the cell" in status.value
+    with capture_output():
+        assert ip.run_cell("%%capture inside\ny = model(x)", cell_id="cell-42").success
+    assert ip.user_ns["y"].device.type == "meta"

@@ -10,11 +10,12 @@ extension (:mod:`.extension`) makes one session per shell and takes all of it aw
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..app import DeviceController
@@ -192,25 +193,33 @@ class DeviceSession:
         diagnosis = settle_trial(self.app, diagnosis, cell_id)  # a failed one-click move: undone
         if self.engine is not None:
             diagnosis = self.engine.named(diagnosis)
-        # text for terminals and logs, escaped HTML where a notebook renders it; shown where
-        # the outermost cell shows its output, as its traceback is (not into a %%capture)
+        with self.outermost_output():
+            # text for terminals and logs, escaped HTML where a notebook renders it
+            self.publish({"text/plain": diagnosis.text(), "text/html": diagnosis._repr_html_()})
+            if diagnosis.action is not None and widgets_render(self.shell):
+                from .fixbutton import fix_button
+
+                # the button outlives %unload_ext in the output: it must not keep this session
+                rerun = functools.partial(_request_rerun, weakref.ref(self))
+                button = fix_button(self.app, diagnosis.action, cell_id, rerun)
+                if button is not None:
+                    self.show(button)
+
+    @contextlib.contextmanager
+    def outermost_output(self) -> Iterator[None]:
+        """Inside a cell run by a cell (``%%capture`` runs its body as a cell), show what we
+        show where the outermost cell shows its output, as its traceback is: a diagnosis and
+        its fix button captured into a variable would never be seen."""
         shell, inner = self.shell, getattr(self.shell, "display_pub", None)
         outer = self._outer_display if self._cell_depth > 1 else None
+        if outer is None or outer is inner:
+            yield
+            return
+        shell.display_pub = outer
         try:
-            if outer is not None:
-                shell.display_pub = outer
-            self.publish({"text/plain": diagnosis.text(), "text/html": diagnosis._repr_html_()})
+            yield
         finally:
-            if outer is not None:
-                shell.display_pub = inner
-        if diagnosis.action is not None and widgets_render(self.shell):
-            from .fixbutton import fix_button
-
-            # the button outlives %unload_ext in the output: it must not keep this session
-            rerun = functools.partial(_request_rerun, weakref.ref(self))
-            button = fix_button(self.app, diagnosis.action, cell_id, rerun)
-            if button is not None:
-                self.show(button)
+            shell.display_pub = inner
 
     def show_oom(self, error: BaseException) -> Any:
         explanation = self.app.explain_oom(error)
