@@ -71,6 +71,9 @@ class DeviceSession:
         self.channel: SidebarChannel | None = None
         #: on an ipyparallel engine: names the engine, sends the diagnosis with the error reply
         self.engine: EngineReplies | None = None
+        #: the widgets shown (tables, fix buttons), closed on unload; held weakly: ipywidgets
+        #: keeps an open widget alive, and one the frontend closed is gone from here too
+        self.shown_widgets: weakref.WeakSet[Any] = weakref.WeakSet()
         self._peak_from_cell_start = False
         self.config.observe(self._config_changed)
 
@@ -239,6 +242,23 @@ class DeviceSession:
         """Display through this session's own shell (not whichever shell is global)."""
         data, metadata = self.shell.display_formatter.format(obj)
         self.publish(data, metadata)
+        widgets = sys.modules.get("ipywidgets")
+        if widgets is not None and isinstance(obj, widgets.Widget):
+            self.shown_widgets.add(obj)
+
+    def close_widgets(self) -> None:
+        """Close every widget this session showed, with its parts (the extension is unloaded:
+        a table or a fix button left open would keep its comm, and the frontend its view, of
+        an extension that is gone)."""
+        from .tableparts import close_widgets
+
+        shown = list(self.shown_widgets)
+        self.shown_widgets.clear()
+        for widget in shown:
+            try:
+                close_widgets((), [widget])
+            except Exception:
+                log.debug("torchdevice_magic: closing a widget failed", exc_info=True)
 
     def publish(self, data: dict[str, Any], metadata: dict[str, Any] | None = None) -> None:
         self.shell.display_pub.publish(data=data, metadata=metadata or {})
