@@ -220,6 +220,42 @@ def test_the_hook_notes_the_cell_shows_it_and_explains_the_launcher_error(
     assert get_session(ip) is session
 
 
+def test_the_fork_advice_is_shown_once_above_the_traceback(
+    ip: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a user reads first, as a diagnosis is; the full traceback follows."""
+    from IPython.utils.capture import capture_output
+
+    from torchdevice_magic.shell import load
+
+    StandIn(monkeypatch)
+    session = load(ip)
+    monkeypatch.setattr(session.app, "first_init", FirstInit())
+    session.app.first_init.start()
+    seen: list[tuple[str, str]] = []
+    publish, show = session.publish, ip._showtraceback
+
+    def published(data: dict[str, Any], metadata: Any = None) -> None:
+        seen.append(("display", data.get("text/plain", "")))
+        publish(data, metadata)
+
+    def shown(etype: Any, value: Any, stb: list[str]) -> None:
+        seen.append(("traceback", ip.InteractiveTB.stb2text(stb)))
+        show(etype, value, stb)
+
+    monkeypatch.setattr(session, "publish", published)
+    monkeypatch.setattr(ip, "_showtraceback", shown)
+    with capture_output():
+        ip.run_cell("import torch\ntorch.cuda._lazy_init()", store_history=True)
+        cell = ip.execution_count - 1
+        text = _accelerate_fork_error(RuntimeError("Cannot re-initialize CUDA"))
+        seen.clear()
+        ip.run_cell(f"raise RuntimeError({str(text)!r})", store_history=True)
+    assert [kind for kind, _ in seen] == ["display", "traceback"], seen
+    assert seen[0][1].startswith(f"torchdevice_magic: CUDA was first initialised by cell [{cell}]")
+    assert "notebook_launcher" in seen[1][1]
+
+
 @pytest.mark.skipif(HAS_CUDA, reason="CUDA is initialised by other tests in this process")
 def test_loading_wraps_torchs_lazy_init_and_unloading_puts_it_back(ip: Any) -> None:
     holders = (torch.cuda, torch.cuda.memory, torch.cuda.random)

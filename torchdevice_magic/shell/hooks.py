@@ -322,6 +322,8 @@ class DeviceSession:
             except Exception:
                 log.exception("torchdevice_magic: explaining the error failed")
                 diagnosis = None
+        if diagnosis is None and checking is None:
+            self._advise_on_fork_error(value)
         # an ipyparallel error renders the engines' own (already shortened) tracebacks
         remote = hasattr(value, "_render_traceback_")
         if diagnosis is None or self.config.show_full_traceback or remote:
@@ -331,6 +333,21 @@ class DeviceSession:
         stb = short_traceback(shell, etype, value, tb, tb_offset)
         shell._showtraceback(etype, value, stb)
         return None
+
+    def _advise_on_fork_error(self, error: BaseException) -> None:
+        """A notebook_launcher / forked-worker error: which cell first initialised the device,
+        and the fixes, above the traceback (where a user reads first), as a diagnosis is."""
+        if not self.config.auto_diagnose or self.suppress_auto_diagnosis:
+            return
+        try:
+            advice = self.app.explain_fork_error(error)
+            if advice is None:
+                return
+            with self.outermost_output():
+                self.publish({"text/plain": f"torchdevice_magic: {advice}"})
+            self._explained = error
+        except Exception:
+            log.exception("torchdevice_magic: explaining the error failed")
 
     def _config_changed(self, change: dict[str, Any]) -> None:
         if change.get("name") in {"allow_meta_target", "include_hidden", "default_device"}:
