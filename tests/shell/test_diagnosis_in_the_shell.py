@@ -272,3 +272,15 @@ def test_under_capture_the_fix_button_goes_where_the_diagnosis_goes_and_works(
     with capture_output():
         assert ip.run_cell("%%capture inside\ny = model(x)", cell_id="cell-42").success
     assert ip.user_ns["y"].device.type == "meta"
+
+
+def test_under_capture_an_out_of_memory_explanation_is_not_captured(ip) -> None:
+    """The explanation shown after the cell (not by the exception handler) leaves the capture
+    too: ``%%capture``'s body has finished as a cell, its capture is still on."""
+    run(ip, "import torch\nbig = torch.zeros(1000, 250)")
+    with capture_output() as seen:
+        ip.run_cell("%%capture inside\nhuge = torch.empty(2**40, dtype=torch.uint8)")
+    texts = [o.data.get("text/plain", "") for o in seen.outputs]
+    assert any(text.startswith("Out of memory on cpu: the request was 1.0 TiB.") for text in texts)
+    inside = ip.user_ns["inside"]
+    assert not any("Out of memory" in o.data.get("text/plain", "") for o in inside.outputs)

@@ -214,7 +214,8 @@ class DeviceSession:
         show where the outermost cell shows its output, as its traceback is: a diagnosis and
         its fix button captured into a variable would never be seen."""
         shell, inner = self.shell, getattr(self.shell, "display_pub", None)
-        outer = self._outer_display if self._cell_depth > 1 else None
+        # >= 1: the inner cell's post_run_cell has counted it finished, its capture still on
+        outer = self._outer_display if self._cell_depth >= 1 else None
         if outer is None or outer is inner:
             yield
             return
@@ -227,7 +228,9 @@ class DeviceSession:
     def show_oom(self, error: BaseException) -> Any:
         explanation = self.app.explain_oom(error)
         if explanation is not None:
-            self.publish({"text/plain": explanation.text(), "text/html": explanation._repr_html_()})
+            with self.outermost_output():
+                data = {"text/plain": explanation.text(), "text/html": explanation._repr_html_()}
+                self.publish(data)
         return explanation
 
     def request_rerun(self, cell_id: str | None) -> bool:
