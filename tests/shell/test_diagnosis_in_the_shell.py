@@ -284,3 +284,54 @@ def test_under_capture_an_out_of_memory_explanation_is_not_captured(ip) -> None:
     assert any(text.startswith("Out of memory on cpu: the request was 1.0 TiB.") for text in texts)
     inside = ip.user_ns["inside"]
     assert not any("Out of memory" in o.data.get("text/plain", "") for o in inside.outputs)
+
+
+@pytest.mark.kernel
+def test_under_capture_in_a_real_kernel_the_button_is_shown_above_the_traceback_and_clicks() -> None:
+    """Over the wire: the cell's messages are the diagnosis, then its button, then the error
+    (ipykernel sends it past the capture); a click sent as the frontend sends it moves x."""
+    from jupyter_client.manager import start_new_kernel
+
+    manager, client = start_new_kernel(kernel_name="python3")
+    try:
+
+        def execute(code: str) -> list[dict[str, Any]]:
+            messages: list[dict[str, Any]] = []
+            client.execute_interactive(code, timeout=120, output_hook=messages.append)
+            return messages
+
+        for cell in (
+            "%load_ext torchdevice_magic",
+            "%config TorchDeviceMagic.allow_meta_target = True",
+            "import torch\nmodel = torch.nn.Linear(3, 2).to('meta')\nx = torch.randn(4, 3)",
+        ):
+            execute(cell)
+        messages = execute("%%capture inside\ny = model(x)")
+        shown = [
+            (m["msg_type"], m["content"].get("data", {}))
+            for m in messages
+            if m["msg_type"] in ("display_data", "error")
+        ]
+        assert [kind for kind, _ in shown] == ["display_data", "display_data", "error"], shown
+        assert shown[0][1]["text/plain"].startswith("Device mismatch: x (Tensor")
+        box_id = shown[1][1]["application/vnd.jupyter.widget-view+json"]["model_id"]
+        states = {
+            m["content"]["comm_id"]: m["content"]["data"]["state"]
+            for m in messages
+            if m["msg_type"] == "comm_open"
+        }
+        button_id = states[box_id]["children"][0].removeprefix("IPY_MODEL_")
+        assert states[button_id]["description"] == "Move x to meta and re-run"
+        click = {"method": "custom", "content": {"event": "click"}}
+        client.shell_channel.send(
+            client.session.msg("comm_msg", {"comm_id": button_id, "data": click})
+        )
+        printed = execute(
+            "print(x.device.type, any('Device mismatch' in o.data.get('text/plain', '')"
+            " or 'application/vnd.jupyter.widget-view+json' in o.data for o in inside.outputs))"
+        )
+        text = "".join(m["content"]["text"] for m in printed if m["msg_type"] == "stream")
+        assert text.strip() == "meta False"
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
