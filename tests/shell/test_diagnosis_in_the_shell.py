@@ -287,7 +287,9 @@ def test_under_capture_an_out_of_memory_explanation_is_not_captured(ip) -> None:
 
 
 @pytest.mark.kernel
-def test_under_capture_in_a_real_kernel_the_button_is_shown_above_the_traceback_and_clicks() -> None:
+def test_under_capture_in_a_real_kernel_the_button_is_shown_above_the_traceback_and_clicks() -> (
+    None
+):
     """Over the wire: the cell's messages are the diagnosis, then its button, then the error
     (ipykernel sends it past the capture); a click sent as the frontend sends it moves x."""
     from jupyter_client.manager import start_new_kernel
