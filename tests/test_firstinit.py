@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +25,25 @@ HAS_CUDA = torch.cuda.is_available()
 
 class StandIn:
     """A CUDA that initialises when torch calls its ``_lazy_init``: the state ``firstinit``
-    reads (``is_initialized``) and the entry it wraps, in place of torch.cuda's own."""
+    reads (``is_initialized``) and the entry it wraps, in place of torch.cuda's own, in every
+    module that holds it (``torch.cuda.memory`` and ``torch.cuda.random`` imported it by name,
+    as torch's own import does)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.initialised = False
         self.calls = 0
-        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: self.initialised)
-        monkeypatch.setattr(torch.cuda, "_lazy_init", self.lazy_init)
 
-    def lazy_init(self) -> None:
-        self.calls += 1
-        self.initialised = True
+        def lazy_init() -> None:
+            self.calls += 1
+            self.initialised = True
+
+        #: one function object, held by every module as torch's own is
+        self.lazy_init = lazy_init
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: self.initialised)
+        self.holders = [torch.cuda, torch.cuda.memory, torch.cuda.random]
+        assert all(m._lazy_init is torch.cuda._lazy_init for m in self.holders)
+        for module in self.holders:
+            monkeypatch.setattr(module, "_lazy_init", lazy_init)
 
 
 def test_the_first_cell_and_line_are_noted_without_initialising(
@@ -64,10 +73,48 @@ def test_a_device_initialised_outside_the_recorder_is_noted_by_its_cell(
     cuda = StandIn(monkeypatch)
     watch = FirstInit()
     watch.start()
-    cuda.initialised = True  # a path the recorder does not see (torch.cuda.memory's own copy)
+    cuda.initialised = True  # a path the recorder does not see (torch._C's own, from C++)
     (site,) = watch.after_cell(7)
     assert site.line is None and watch.lines() == ["CUDA was first initialised by cell [7]"]
     assert torch.cuda._lazy_init == cuda.lazy_init  # unwrapped once noted
+
+
+# torch's functions that call the ``_lazy_init`` their module imported by name (CUDA is
+# initialised there, and on the CPU build they fail right after, past the recorder's part)
+THROUGH_ITS_OWN_COPY = {
+    "torch.cuda.memory": lambda: torch.cuda.set_per_process_memory_fraction(0.5, 0),
+    "torch.cuda.random": lambda: torch.cuda.get_rng_state(),
+}
+
+
+@pytest.mark.parametrize("module", sorted(THROUGH_ITS_OWN_COPY))
+def test_cuda_initialised_through_a_modules_own_copy_is_noted_with_its_line(
+    monkeypatch: pytest.MonkeyPatch, module: str
+) -> None:
+    cuda = StandIn(monkeypatch)
+    watch = FirstInit()
+    watch.start()
+    assert all(holder._lazy_init is not cuda.lazy_init for holder in cuda.holders)
+    call = THROUGH_ITS_OWN_COPY[module]
+    with pytest.raises((AssertionError, AttributeError, RuntimeError)):
+        call()
+    assert cuda.initialised
+    (site,) = watch.after_cell(5)
+    assert (site.cell, site.line) == (5, call.__code__.co_firstlineno)
+    assert site.source.startswith(f'"{module}": lambda: torch.cuda.')
+    assert all(holder._lazy_init is cuda.lazy_init for holder in cuda.holders)  # all put back
+
+
+def test_a_module_imported_while_recording_is_put_back_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    cuda = StandIn(monkeypatch)
+    watch = FirstInit()
+    watch.start()
+    late = types.ModuleType("late_cuda_user")
+    late._lazy_init = torch.cuda._lazy_init  # type: ignore[attr-defined]  # `from torch.cuda import _lazy_init`
+    monkeypatch.setitem(sys.modules, "late_cuda_user", late)
+    late._lazy_init()  # type: ignore[attr-defined]
+    assert [site.cell for site in watch.after_cell(2)] == [2]
+    assert late._lazy_init is cuda.lazy_init  # type: ignore[attr-defined]
 
 
 def test_already_initialised_before_watching_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -173,29 +220,77 @@ def test_the_hook_notes_the_cell_shows_it_and_explains_the_launcher_error(
     assert get_session(ip) is session
 
 
+def test_the_fork_advice_is_shown_once_above_the_traceback(
+    ip: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a user reads first, as a diagnosis is; the full traceback follows."""
+    from IPython.utils.capture import capture_output
+
+    from torchdevice_magic.shell import load
+
+    StandIn(monkeypatch)
+    session = load(ip)
+    monkeypatch.setattr(session.app, "first_init", FirstInit())
+    session.app.first_init.start()
+    seen: list[tuple[str, str]] = []
+    publish, show = session.publish, ip._showtraceback
+
+    def published(data: dict[str, Any], metadata: Any = None) -> None:
+        seen.append(("display", data.get("text/plain", "")))
+        publish(data, metadata)
+
+    def shown(etype: Any, value: Any, stb: list[str]) -> None:
+        seen.append(("traceback", ip.InteractiveTB.stb2text(stb)))
+        show(etype, value, stb)
+
+    monkeypatch.setattr(session, "publish", published)
+    monkeypatch.setattr(ip, "_showtraceback", shown)
+    with capture_output():
+        ip.run_cell("import torch\ntorch.cuda._lazy_init()", store_history=True)
+        cell = ip.execution_count - 1
+        text = _accelerate_fork_error(RuntimeError("Cannot re-initialize CUDA"))
+        seen.clear()
+        ip.run_cell(f"raise RuntimeError({str(text)!r})", store_history=True)
+    assert [kind for kind, _ in seen] == ["display", "traceback"], seen
+    assert seen[0][1].startswith(f"torchdevice_magic: CUDA was first initialised by cell [{cell}]")
+    assert "notebook_launcher" in seen[1][1]
+
+
 @pytest.mark.skipif(HAS_CUDA, reason="CUDA is initialised by other tests in this process")
 def test_loading_wraps_torchs_lazy_init_and_unloading_puts_it_back(ip: Any) -> None:
-    assert hasattr(torch.cuda._lazy_init, "__wrapped__")  # the line recorder, CUDA untouched
+    holders = (torch.cuda, torch.cuda.memory, torch.cuda.random)
+    # the line recorder, CUDA untouched
+    assert all(hasattr(module._lazy_init, "__wrapped__") for module in holders)
     ip.run_line_magic("unload_ext", "torchdevice_magic")
-    assert not hasattr(torch.cuda._lazy_init, "__wrapped__")
+    assert not any(hasattr(module._lazy_init, "__wrapped__") for module in holders)
     ip.run_line_magic("load_ext", "torchdevice_magic")
     assert not hasattr(torch.cuda._lazy_init.__wrapped__, "__wrapped__")  # never stacked
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
-def test_on_a_gpu_the_cell_and_line_that_first_touch_cuda_are_named(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "first_touch",
+    [
+        "c = a.to('cuda')",  # torch's C++ side calls torch.cuda._lazy_init
+        "torch.cuda.set_per_process_memory_fraction(0.9)",  # torch.cuda.memory's own copy
+        "state = torch.cuda.get_rng_state()",  # torch.cuda.random's own copy
+    ],
+)
+def test_on_a_gpu_the_cell_and_line_that_first_touch_cuda_are_named(
+    tmp_path: Path, first_touch: str
+) -> None:
     """A fresh interpreter (CUDA not yet initialised) with the extension loaded in IPython's
-    shell: a cell that only imports, then one that puts a tensor on the GPU."""
+    shell: a cell that only imports, then one whose second line first touches CUDA."""
     script = textwrap.dedent(
-        """
+        f"""
         from IPython.testing.globalipapp import get_ipython
         ip = get_ipython()
         ip.run_cell("import torch", store_history=True)
         ip.run_line_magic("load_ext", "torchdevice_magic")
         ip.run_cell("a = torch.ones(3)", store_history=True)
         assert not __import__("torch").cuda.is_initialized()
-        ip.run_cell("b = a * 2\\nc = a.to('cuda')", store_history=True)
+        assert ip.run_cell("b = a * 2\\n" + {first_touch!r}, store_history=True).success
         from torchdevice_magic.shell import get_session
         print(get_session(ip).app.device_notes(processes=True))
         """
@@ -204,5 +299,6 @@ def test_on_a_gpu_the_cell_and_line_that_first_touch_cuda_are_named(tmp_path: Pa
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=240, cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr
-    assert "CUDA was first initialised by cell [3], line 2: c = a.to('cuda')" in done.stdout
-    assert "cuda:0: " in done.stdout and "cached by PyTorch's allocator" in done.stdout
+    assert f"CUDA was first initialised by cell [3], line 2: {first_touch}" in done.stdout
+    if first_touch.startswith("c = "):  # a tensor on the GPU: the allocator holds memory
+        assert "cuda:0: " in done.stdout and "cached by PyTorch's allocator" in done.stdout

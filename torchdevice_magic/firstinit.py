@@ -8,10 +8,13 @@ cell, so we know.
 
 :class:`FirstInit` notes the first cell after which the device type is initialised (reading
 ``torch.<type>.is_initialized()``, which never initialises it), and, cheaply, the line: it wraps
-the device module's ``_lazy_init`` (the one entry torch's C++ and Python sides call to
-initialise it) with a recorder that notes the first user frame and puts the original back as
-soon as the device is initialised. The recorder runs only when torch itself initialises the
-device: a kernel that never touches CUDA never calls it, and one that has costs nothing more.
+``_lazy_init`` (the entry torch's C++ and Python sides call to initialise the device) with a
+recorder that notes the first user frame and puts the original back as soon as the device is
+initialised. It wraps it wherever it is held: on the device module, and in the modules that
+imported it by name (``torch.cuda.memory``, ``torch.cuda.random``: their
+``set_per_process_memory_fraction`` or ``get_rng_state`` call their own copy, never
+``torch.cuda._lazy_init``). The recorder runs only when torch itself initialises the device: a
+kernel that never touches CUDA never calls it, and one that has costs nothing more.
 Pure core: no IPython; torch only from ``sys.modules``.
 """
 
@@ -24,7 +27,7 @@ import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any
 
 #: the device types watched: CUDA (ROCm calls itself cuda too) and XPU use the same lazy init
@@ -87,7 +90,7 @@ class FirstInit:
     def __init__(self, is_user_frame: Callable[[str], bool] = _is_user_frame) -> None:
         self.sites: dict[str, InitSite] = {}
         self._is_user_frame = is_user_frame
-        #: device type -> (module, the original _lazy_init) while the recorder is in place
+        #: device type -> (the original _lazy_init, the recorder) while the recorder is in place
         self._wrapped: dict[str, tuple[Any, Any]] = {}
         #: device type -> (filename, line) the recorder caught, until the cell ends
         self._caught: dict[str, tuple[str, int]] = {}
@@ -157,14 +160,27 @@ class FirstInit:
             return result
 
         _lazy_init.__wrapped__ = original  # type: ignore[attr-defined]
-        self._wrapped[kind] = (module, original)
-        module._lazy_init = _lazy_init
+        self._wrapped[kind] = (original, _lazy_init)
+        for holder in _holders_of(original):
+            setattr(holder, "_lazy_init", _lazy_init)  # noqa: B010
 
     def _unwrap(self, kind: str) -> None:
-        module, original = self._wrapped.pop(kind, (None, None))
-        current = getattr(module, "_lazy_init", None)
-        if module is not None and getattr(current, "__wrapped__", None) is original:
-            module._lazy_init = original
+        original, recorder = self._wrapped.pop(kind, (None, None))
+        if recorder is None:
+            return
+        # a module imported while the recorder was in place took it by name too
+        for holder in _holders_of(recorder):
+            setattr(holder, "_lazy_init", original)  # noqa: B010
+
+
+def _holders_of(function: Any) -> list[ModuleType]:
+    """Every imported module whose ``_lazy_init`` is ``function`` (read from the module's
+    ``__dict__``: no module ``__getattr__`` runs)."""
+    found = []
+    for module in list(sys.modules.values()):
+        if isinstance(module, ModuleType) and module.__dict__.get("_lazy_init") is function:
+            found.append(module)
+    return found
 
 
 def fork_error_advice(error: BaseException, sites: dict[str, InitSite]) -> str | None:

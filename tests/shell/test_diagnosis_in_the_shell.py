@@ -226,3 +226,114 @@ def test_a_button_move_the_rerun_disproves_is_undone_and_the_diagnosis_says_so(
         f"Tried: moved unrelated to {dev} and ran the cell again: it failed with a device " in shown
     )
     assert "error again, so the move was undone" in shown
+
+
+def test_under_capture_the_fix_button_goes_where_the_diagnosis_goes_and_works(
+    ip, monkeypatch
+) -> None:
+    """``%%capture`` hides the cell's output, not its error (ipykernel sends the traceback past
+    the capture): the diagnosis and its fix button are shown in the outer cell's output, and
+    the button moves and asks the notebook to re-run the outer cell (the one the user wrote)."""
+    ipywidgets = pytest.importorskip("ipywidgets")
+    from ipywidgets.widgets.widget import _instances
+
+    from torchdevice_magic.shell import hooks
+
+    monkeypatch.setattr(hooks, "widgets_render", lambda shell: True)  # as in a kernel
+    ip.run_line_magic("config", "TorchDeviceMagic.allow_meta_target = True")
+    run(ip, SETUP)
+    session = get_session(ip)
+    comm = _Comm()
+    session.channel._on_open(comm, {})  # a sidebar is listening
+    try:
+        with capture_output() as seen:
+            ip.run_cell("%%capture inside\ny = model(x)", cell_id="cell-42")
+        views = [
+            o.data["application/vnd.jupyter.widget-view+json"]
+            for o in seen.outputs
+            if "application/vnd.jupyter.widget-view+json" in o.data
+        ]
+        texts = [o.data.get("text/plain", "") for o in seen.outputs]
+        assert any(text.startswith("Device mismatch: x (Tensor") for text in texts), texts
+        assert len(views) == 1, seen.outputs
+        inside = ip.user_ns["inside"]
+        assert not any("Device mismatch" in o.data.get("text/plain", "") for o in inside.outputs)
+        assert not any("application/vnd.jupyter.widget-view+json" in o.data for o in inside.outputs)
+        box = _instances[views[0]["model_id"]]
+        assert isinstance(box, ipywidgets.HBox)
+        button, status = box.children
+        assert button.description == "Move x to meta and re-run"
+        button.click()
+    finally:
+        session.channel.comms.pop(comm.comm_id)
+    assert ip.user_ns["x"].device.type == "meta"
+    assert {k: v for k, v in comm.sent[-1].items() if k != "seq"} == protocol.rerun("cell-42")
+    assert "re-running the cell" in status.value
+    with capture_output():
+        assert ip.run_cell("%%capture inside\ny = model(x)", cell_id="cell-42").success
+    assert ip.user_ns["y"].device.type == "meta"
+
+
+def test_under_capture_an_out_of_memory_explanation_is_not_captured(ip) -> None:
+    """The explanation shown after the cell (not by the exception handler) leaves the capture
+    too: ``%%capture``'s body has finished as a cell, its capture is still on."""
+    run(ip, "import torch\nbig = torch.zeros(1000, 250)")
+    with capture_output() as seen:
+        ip.run_cell("%%capture inside\nhuge = torch.empty(2**40, dtype=torch.uint8)")
+    texts = [o.data.get("text/plain", "") for o in seen.outputs]
+    assert any(text.startswith("Out of memory on cpu: the request was 1.0 TiB.") for text in texts)
+    inside = ip.user_ns["inside"]
+    assert not any("Out of memory" in o.data.get("text/plain", "") for o in inside.outputs)
+
+
+@pytest.mark.kernel
+def test_under_capture_in_a_real_kernel_the_button_is_shown_above_the_traceback_and_clicks() -> (
+    None
+):
+    """Over the wire: the cell's messages are the diagnosis, then its button, then the error
+    (ipykernel sends it past the capture); a click sent as the frontend sends it moves x."""
+    from jupyter_client.manager import start_new_kernel
+
+    manager, client = start_new_kernel(kernel_name="python3")
+    try:
+
+        def execute(code: str) -> list[dict[str, Any]]:
+            messages: list[dict[str, Any]] = []
+            client.execute_interactive(code, timeout=120, output_hook=messages.append)
+            return messages
+
+        for cell in (
+            "%load_ext torchdevice_magic",
+            "%config TorchDeviceMagic.allow_meta_target = True",
+            "import torch\nmodel = torch.nn.Linear(3, 2).to('meta')\nx = torch.randn(4, 3)",
+        ):
+            execute(cell)
+        messages = execute("%%capture inside\ny = model(x)")
+        shown = [
+            (m["msg_type"], m["content"].get("data", {}))
+            for m in messages
+            if m["msg_type"] in ("display_data", "error")
+        ]
+        assert [kind for kind, _ in shown] == ["display_data", "display_data", "error"], shown
+        assert shown[0][1]["text/plain"].startswith("Device mismatch: x (Tensor")
+        box_id = shown[1][1]["application/vnd.jupyter.widget-view+json"]["model_id"]
+        states = {
+            m["content"]["comm_id"]: m["content"]["data"]["state"]
+            for m in messages
+            if m["msg_type"] == "comm_open"
+        }
+        button_id = states[box_id]["children"][0].removeprefix("IPY_MODEL_")
+        assert states[button_id]["description"] == "Move x to meta and re-run"
+        click = {"method": "custom", "content": {"event": "click"}}
+        client.shell_channel.send(
+            client.session.msg("comm_msg", {"comm_id": button_id, "data": click})
+        )
+        printed = execute(
+            "print(x.device.type, any('Device mismatch' in o.data.get('text/plain', '')"
+            " or 'application/vnd.jupyter.widget-view+json' in o.data for o in inside.outputs))"
+        )
+        text = "".join(m["content"]["text"] for m in printed if m["msg_type"] == "stream")
+        assert text.strip() == "meta False"
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)

@@ -1,7 +1,8 @@
 """``%unload_ext torchdevice_magic`` leaves no object of the extension alive (the session,
-its controller, the magics, the sidebar's channel, the scanner, the inventory, the timeline),
-even with tables and a fix button still shown; a re-load starts clean. In process and
-through a real kernel."""
+its controller, the magics, the sidebar's channel, the scanner, the inventory, the timeline)
+and no widget it showed open (tables, fix buttons: closed, their comms with them); a table
+made by hand and left open does not keep it alive either; a re-load starts clean. In process
+and through a real kernel."""
 
 from __future__ import annotations
 
@@ -79,6 +80,39 @@ def test_tables_and_fix_buttons_left_in_the_output_do_not_keep_it_alive(ip: Any)
     table.close()
 
 
+def test_unload_closes_every_widget_the_extension_showed(ip: Any, monkeypatch: Any) -> None:
+    """Tables (``%devices``, ``--live``) and a fix button shown as in a notebook: after the
+    unload no widget the extension made is open (ipywidgets' registry, which keeps open widgets
+    and their comms alive, holds none of them) and none of them is alive after gc."""
+    from ipywidgets.widgets.widget import _instances
+
+    from torchdevice_magic.shell import engine, hooks
+
+    # widgets render as in a kernel (the in-process shell has no frontend)
+    monkeypatch.setattr(hooks, "widgets_render", lambda shell: True)
+    monkeypatch.setattr(engine, "widgets_render", lambda shell: True)
+    ip.run_line_magic("config", "TorchDeviceMagic.allow_meta_target = True")
+    before = set(_instances)
+    refs = use_the_extension(ip)
+    run(ip, "%devices --live")
+    run(ip, "batch = torch.ones(3, 4)")
+    run(ip, "model(batch)")  # a diagnosis with a fix button
+    shown = list(get_session(ip).shown_widgets)
+    kinds = sorted(type(widget).__name__ for widget in shown)
+    assert kinds == ["DeviceTable", "DeviceTable", "HBox"], kinds  # two tables, one fix button
+    made = set(_instances) - before
+    assert len(made) > 100 and all(_instances[model_id].comm is not None for model_id in made)
+    widget_refs = {f"{type(w).__name__} {i}": weakref.ref(w) for i, w in enumerate(shown)}
+    del shown
+    ip.run_line_magic("unload_ext", "torchdevice_magic")
+    assert set(_instances) & made == set()
+    assert alive(refs) == [] and alive(widget_refs) == []
+    ip.run_line_magic("load_ext", "torchdevice_magic")
+    run(ip, "%devices")
+    (table,) = get_session(ip).shown_widgets
+    assert "y " in "\n".join(" ".join(row) for row in table.rendered_rows())
+
+
 def test_a_reload_starts_clean(ip: Any) -> None:
     refs = use_the_extension(ip)
     ip.run_line_magic("unload_ext", "torchdevice_magic")
@@ -106,36 +140,50 @@ def test_a_reload_starts_clean(ip: Any) -> None:
 
 @pytest.mark.kernel
 def test_unload_leaves_nothing_alive_in_a_real_kernel() -> None:
-    """Tables shown as widgets, a live table and a diagnosis in a real kernel, then
-    %unload_ext: every object of the extension is gone."""
+    """Tables shown as widgets, a live table and a diagnosis with its fix button in a real
+    kernel, then %unload_ext: every object of the extension is gone, and every widget comm it
+    opened was closed (the frontend drops their views)."""
     manager, client = start_new_kernel(kernel_name="python3")
+    opened: set[str] = set()
+    closed: set[str] = set()
     try:
 
         def execute(code: str) -> str:
             printed: list[str] = []
 
             def collect(message: dict[str, Any]) -> None:
-                if message["msg_type"] == "stream":
-                    printed.append(message["content"]["text"])
+                kind, content = message["msg_type"], message["content"]
+                if kind == "stream":
+                    printed.append(content["text"])
+                elif kind == "comm_open" and content["target_name"] == "jupyter.widget":
+                    opened.add(content["comm_id"])
+                elif kind == "comm_close":
+                    closed.add(content["comm_id"])
 
             client.execute_interactive(code, timeout=120, output_hook=collect)
             return "".join(printed)
 
         for cell in (
             "%load_ext torchdevice_magic",
+            "%config TorchDeviceMagic.allow_meta_target = True",
             "import gc, torch, weakref\nfrom torchdevice_magic.shell import get_session\n"
-            "x = torch.ones(256)\nmodel = torch.nn.Linear(4, 2).to('meta')",
+            "x = torch.ones(256)\nmodel = torch.nn.Linear(4, 2).to('meta')\n"
+            "batch = torch.ones(3, 4)",
             "%devices",
             "%devices --live",
-            "model(torch.ones(3, 4))",
+            "model(batch)",
             "session = get_session(get_ipython())\n"
             "refs = {'session': weakref.ref(session), 'controller': weakref.ref(session.app),\n"
             "        'channel': weakref.ref(session.channel),\n"
             "        'magics': weakref.ref(get_ipython().magics_manager.registry['DeviceMagics'])}\n"
+            "print(sorted(type(w).__name__ for w in session.shown_widgets))\n"
             "del session",
-            "%unload_ext torchdevice_magic",
         ):
-            execute(cell)
+            printed = execute(cell)
+        assert printed.strip() == "['DeviceTable', 'DeviceTable', 'HBox']"
+        assert len(opened) > 100 and not opened & closed
+        execute("%unload_ext torchdevice_magic")
+        assert opened <= closed
         printed = execute("gc.collect()\nprint(sorted(k for k, r in refs.items() if r()))")
         assert printed.strip() == "[]"
     finally:

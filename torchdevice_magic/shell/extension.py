@@ -42,7 +42,8 @@ def load(shell: Any) -> DeviceSession:
 
 
 def unload(shell: Any) -> None:
-    """Remove every hook, magic, config object and comm target :func:`load` added."""
+    """Remove every hook, magic, config object and comm target :func:`load` added, and close
+    every widget the session showed."""
     session = get_session(shell)
     if session is None:
         return
@@ -69,6 +70,7 @@ def unload(shell: Any) -> None:
         session.channel.unregister()
     if session.engine is not None:
         session.engine.remove()
+    session.close_widgets()
     delattr(shell, SESSION_ATTRIBUTE)
 
 

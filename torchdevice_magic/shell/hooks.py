@@ -10,11 +10,12 @@ extension (:mod:`.extension`) makes one session per shell and takes all of it aw
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..app import DeviceController
@@ -70,6 +71,9 @@ class DeviceSession:
         self.channel: SidebarChannel | None = None
         #: on an ipyparallel engine: names the engine, sends the diagnosis with the error reply
         self.engine: EngineReplies | None = None
+        #: the widgets shown (tables, fix buttons), closed on unload; held weakly: ipywidgets
+        #: keeps an open widget alive, and one the frontend closed is gone from here too
+        self.shown_widgets: weakref.WeakSet[Any] = weakref.WeakSet()
         self._peak_from_cell_start = False
         self.config.observe(self._config_changed)
 
@@ -192,30 +196,41 @@ class DeviceSession:
         diagnosis = settle_trial(self.app, diagnosis, cell_id)  # a failed one-click move: undone
         if self.engine is not None:
             diagnosis = self.engine.named(diagnosis)
-        # text for terminals and logs, escaped HTML where a notebook renders it; shown where
-        # the outermost cell shows its output, as its traceback is (not into a %%capture)
-        shell, inner = self.shell, getattr(self.shell, "display_pub", None)
-        outer = self._outer_display if self._cell_depth > 1 else None
-        try:
-            if outer is not None:
-                shell.display_pub = outer
+        with self.outermost_output():
+            # text for terminals and logs, escaped HTML where a notebook renders it
             self.publish({"text/plain": diagnosis.text(), "text/html": diagnosis._repr_html_()})
-        finally:
-            if outer is not None:
-                shell.display_pub = inner
-        if diagnosis.action is not None and widgets_render(self.shell):
-            from .fixbutton import fix_button
+            if diagnosis.action is not None and widgets_render(self.shell):
+                from .fixbutton import fix_button
 
-            # the button outlives %unload_ext in the output: it must not keep this session
-            rerun = functools.partial(_request_rerun, weakref.ref(self))
-            button = fix_button(self.app, diagnosis.action, cell_id, rerun)
-            if button is not None:
-                self.show(button)
+                # the button outlives %unload_ext in the output: it must not keep this session
+                rerun = functools.partial(_request_rerun, weakref.ref(self))
+                button = fix_button(self.app, diagnosis.action, cell_id, rerun)
+                if button is not None:
+                    self.show(button)
+
+    @contextlib.contextmanager
+    def outermost_output(self) -> Iterator[None]:
+        """Inside a cell run by a cell (``%%capture`` runs its body as a cell), show what we
+        show where the outermost cell shows its output, as its traceback is: a diagnosis and
+        its fix button captured into a variable would never be seen."""
+        shell, inner = self.shell, getattr(self.shell, "display_pub", None)
+        # >= 1: the inner cell's post_run_cell has counted it finished, its capture still on
+        outer = self._outer_display if self._cell_depth >= 1 else None
+        if outer is None or outer is inner:
+            yield
+            return
+        shell.display_pub = outer
+        try:
+            yield
+        finally:
+            shell.display_pub = inner
 
     def show_oom(self, error: BaseException) -> Any:
         explanation = self.app.explain_oom(error)
         if explanation is not None:
-            self.publish({"text/plain": explanation.text(), "text/html": explanation._repr_html_()})
+            with self.outermost_output():
+                data = {"text/plain": explanation.text(), "text/html": explanation._repr_html_()}
+                self.publish(data)
         return explanation
 
     def request_rerun(self, cell_id: str | None) -> bool:
@@ -230,6 +245,23 @@ class DeviceSession:
         """Display through this session's own shell (not whichever shell is global)."""
         data, metadata = self.shell.display_formatter.format(obj)
         self.publish(data, metadata)
+        widgets = sys.modules.get("ipywidgets")
+        if widgets is not None and isinstance(obj, widgets.Widget):
+            self.shown_widgets.add(obj)
+
+    def close_widgets(self) -> None:
+        """Close every widget this session showed, with its parts (the extension is unloaded:
+        a table or a fix button left open would keep its comm, and the frontend its view, of
+        an extension that is gone)."""
+        from .tableparts import close_widgets
+
+        shown = list(self.shown_widgets)
+        self.shown_widgets.clear()
+        for widget in shown:
+            try:
+                close_widgets((), [widget])
+            except Exception:
+                log.debug("torchdevice_magic: closing a widget failed", exc_info=True)
 
     def publish(self, data: dict[str, Any], metadata: dict[str, Any] | None = None) -> None:
         self.shell.display_pub.publish(data=data, metadata=metadata or {})
@@ -293,6 +325,8 @@ class DeviceSession:
             except Exception:
                 log.exception("torchdevice_magic: explaining the error failed")
                 diagnosis = None
+        if diagnosis is None and checking is None:
+            self._advise_on_fork_error(value)
         # an ipyparallel error renders the engines' own (already shortened) tracebacks
         remote = hasattr(value, "_render_traceback_")
         if diagnosis is None or self.config.show_full_traceback or remote:
@@ -302,6 +336,21 @@ class DeviceSession:
         stb = short_traceback(shell, etype, value, tb, tb_offset)
         shell._showtraceback(etype, value, stb)
         return None
+
+    def _advise_on_fork_error(self, error: BaseException) -> None:
+        """A notebook_launcher / forked-worker error: which cell first initialised the device,
+        and the fixes, above the traceback (where a user reads first), as a diagnosis is."""
+        if not self.config.auto_diagnose or self.suppress_auto_diagnosis:
+            return
+        try:
+            advice = self.app.explain_fork_error(error)
+            if advice is None:
+                return
+            with self.outermost_output():
+                self.publish({"text/plain": f"torchdevice_magic: {advice}"})
+            self._explained = error
+        except Exception:
+            log.exception("torchdevice_magic: explaining the error failed")
 
     def _config_changed(self, change: dict[str, Any]) -> None:
         if change.get("name") in {"allow_meta_target", "include_hidden", "default_device"}:
