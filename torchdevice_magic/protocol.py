@@ -67,6 +67,7 @@ STRUCTS: dict[str, dict[str, str]] = {
         "status": "str",
         "selectable": "bool",
         "action": "Action",
+        "mixed": "bool?",  # its data spans several devices (a v3 kernel may leave it out)
     },
     "DeviceBar": {"device": "str", "bytes": "int", "text": "str", "fraction": "float"},
     "Target": {"device": "str", "enabled": "bool", "reason": "str"},
@@ -206,6 +207,9 @@ MESSAGES: dict[str, dict[str, Any]] = {
             "expanded": "int?",
         },
     },
+    # whether the kernel has an open ipyparallel client to gather from (shell/gather.py; the
+    # sidebar shows its engines section only then): sent when it changes, after any cell
+    "engines_reachable": {"from": "kernel", "fields": {"available": "bool"}},
     # sidebar -> kernel
     "window": {"from": "frontend", "fields": {"request_id": "str", "spec": "WindowSpec"}},
     "refresh": {"from": "frontend", "fields": {"request_id": "str"}},

@@ -453,3 +453,29 @@ def test_another_part_adds_a_message_type_in_one_row(channel, shell, monkeypatch
     assert fake.sent[0]["text"] == "HI"
     replies, _ = fake.request({"type": "echo", "request_id": "e2", "text": 3})
     assert not replies[0]["ok"] and "must be a string" in replies[0]["message"]
+
+
+def test_a_status_reaches_a_sidebar_when_it_changes_and_only_then(channel, shell, monkeypatch):
+    """A status (``add_status``) is sent when it differs from what the sidebar was last told or
+    assumes untold: after any cell, torch or not, on a new sidebar, on a refresh; never twice."""
+    session, fake = channel
+    monkeypatch.setitem(protocol.MESSAGES, "lamp", {"from": "kernel", "fields": {"on": "bool"}})
+    lamp = {"on": False}
+    session.channel.add_status("lamp", lambda: dict(lamp), {"on": False})
+    fake.sent.clear()
+    shell.run_cell("pass")
+    assert kinds(fake.sent) == []  # what the sidebar assumes: nothing to say
+    lamp["on"] = True
+    shell.run_cell("pass")  # a cell that touches no tensor: no delta, but the status goes
+    assert kinds(fake.sent) == ["lamp"] and fake.sent[0]["on"] is True
+    protocol.check_message(fake.sent[0])
+    fake.sent.clear()
+    shell.run_cell("pass")
+    assert kinds(fake.sent) == []  # told already
+    later = FakeComm("later")
+    session.channel._on_open(later, {"content": {"data": {}}})
+    assert kinds(later.sent) == ["view", "lamp"] and fake.sent == []
+    lamp["on"] = False
+    replies, _ = later.request({"type": "refresh", "request_id": "r"})
+    assert replies[0]["ok"] and [m["on"] for m in later.sent if m["type"] == "lamp"] == [False]
+    assert [m["on"] for m in fake.sent if m["type"] == "lamp"] == [False]
