@@ -46,6 +46,21 @@ function enginesMessage(change: Partial<IEnginesMessage> = {}): IEnginesMessage 
   };
 }
 
+/** The kernel says whether it has an ipyparallel client (sent when that changes). */
+function reachable(h: IHarness, available: boolean): void {
+  h.comm.receive({
+    protocol: 'torchdevice_magic',
+    version: 3,
+    type: 'engines_reachable',
+    seq: 4,
+    available
+  });
+}
+
+function sectionHidden(h: IHarness): boolean {
+  return q(h.panel.node, '.jp-TorchDevices-engines').hidden;
+}
+
 function cells(h: IHarness): string[][] {
   return Array.from(h.panel.node.querySelectorAll('.jp-TorchDevices-engines tbody tr')).map(tr =>
     Array.from(tr.querySelectorAll('td')).map(td => td.textContent ?? '')
@@ -57,8 +72,27 @@ function sentGathers(h: IHarness): unknown[] {
 }
 
 describe('engines section', () => {
+  it('shows only while the kernel has a client to gather from', async () => {
+    const h = await connectedPanel(loadFixture('basic'));
+    expect(sectionHidden(h)).toBe(true); // untold: no client
+    reachable(h, true);
+    expect(sectionHidden(h)).toBe(false);
+    h.comm.receive(enginesMessage());
+    expect(cells(h).length).toBe(3);
+    // the client went away: the section goes, and a later client's engines start afresh
+    reachable(h, false);
+    expect(sectionHidden(h)).toBe(true);
+    expect(h.connection.engines).toBeNull();
+    reachable(h, true);
+    expect(sectionHidden(h)).toBe(false);
+    expect(cells(h)).toEqual([]);
+    h.panel.dispose();
+    h.connection.dispose();
+  });
+
   it('asks for nothing until the user presses Gather', async () => {
     const h = await connectedPanel(loadFixture('basic'));
+    reachable(h, true);
     expect(sentGathers(h)).toEqual([]);
     const gather = q<HTMLButtonElement>(h.panel.node, '.jp-TorchDevices-engines-gather');
     expect(gather.textContent).toBe('Gather');
@@ -73,6 +107,7 @@ describe('engines section', () => {
 
   it("draws one row per engine and device in the kernel's words, and names the silent ones", async () => {
     const h = await connectedPanel(loadFixture('basic'));
+    reachable(h, true);
     h.comm.receive(enginesMessage());
     expect(cells(h)).toEqual([
       ['▸', '0', 'cpu', '160 B', '1', '', '0', 'node-a'],
@@ -94,6 +129,7 @@ describe('engines section', () => {
 
   it('expands an engine to its objects and collapses it again', async () => {
     const h = await connectedPanel(loadFixture('basic'));
+    reachable(h, true);
     h.comm.receive(enginesMessage());
     const expand = h.panel.node.querySelectorAll<HTMLButtonElement>(
       '.jp-TorchDevices-engines-expand'
@@ -121,6 +157,7 @@ describe('engines section', () => {
 
   it('says why there are no engines when the kernel has no client', async () => {
     const h = await connectedPanel(loadFixture('basic'));
+    reachable(h, true);
     h.comm.receive(
       enginesMessage({
         available: false,
