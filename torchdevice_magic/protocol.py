@@ -20,6 +20,9 @@ The conversation::
                                           ``delta`` or ``view``
     ``%unload_ext``                    -> ``unloaded``, then the comm closes
     a one-click fix under a diagnosis  -> ``rerun`` (the notebook runs that cell again)
+    an ipyparallel client opened or closed -> ``engines_reachable`` (on open and after any
+                                          cell, only when it changed; ``gather_engines`` asks
+                                          the engines, answered by ``engines``)
     after a cell that changed tensors  -> the memory chart's rows recorded since the last ones
                                           (``Timeline``, which they follow) inside that cell's
                                           ``delta`` or ``view``; a ``timeline`` message of their
