@@ -61,6 +61,12 @@ function sectionHidden(h: IHarness): boolean {
   return q(h.panel.node, '.jp-TorchDevices-engines').hidden;
 }
 
+/** What shell/gather.py says when the kernel has no client (its CONNECT_HINT). */
+const NO_CLIENT =
+  'no ipyparallel client in this session: import ipyparallel as ipp; ' +
+  'rc = ipp.Cluster(n=2).start_and_connect_sync() starts two engines and connects to them ' +
+  '(rc = ipp.Client() connects to a cluster already running)';
+
 function cells(h: IHarness): string[][] {
   return Array.from(h.panel.node.querySelectorAll('.jp-TorchDevices-engines tbody tr')).map(tr =>
     Array.from(tr.querySelectorAll('td')).map(td => td.textContent ?? '')
@@ -161,14 +167,12 @@ describe('engines section', () => {
     h.comm.receive(
       enginesMessage({
         available: false,
-        message: 'no ipyparallel client in this session: connect one first',
+        message: NO_CLIENT,
         engines: [],
         missing: []
       })
     );
-    expect(q(h.panel.node, '.jp-TorchDevices-engines-note').textContent).toBe(
-      'no ipyparallel client in this session: connect one first'
-    );
+    expect(q(h.panel.node, '.jp-TorchDevices-engines-note').textContent).toBe(NO_CLIENT);
     expect(cells(h)).toEqual([]);
     h.panel.dispose();
     h.connection.dispose();
