@@ -20,6 +20,9 @@ The conversation::
                                           ``delta`` or ``view``
     ``%unload_ext``                    -> ``unloaded``, then the comm closes
     a one-click fix under a diagnosis  -> ``rerun`` (the notebook runs that cell again)
+    an ipyparallel client opened or closed -> ``engines_reachable`` (on open and after any
+                                          cell, only when it changed; ``gather_engines`` asks
+                                          the engines, answered by ``engines``)
     after a cell that changed tensors  -> the memory chart's rows recorded since the last ones
                                           (``Timeline``, which they follow) inside that cell's
                                           ``delta`` or ``view``; a ``timeline`` message of their
@@ -67,6 +70,7 @@ STRUCTS: dict[str, dict[str, str]] = {
         "status": "str",
         "selectable": "bool",
         "action": "Action",
+        "mixed": "bool?",  # its data spans several devices (a v3 kernel may leave it out)
     },
     "DeviceBar": {"device": "str", "bytes": "int", "text": "str", "fraction": "float"},
     "Target": {"device": "str", "enabled": "bool", "reason": "str"},
@@ -206,6 +210,9 @@ MESSAGES: dict[str, dict[str, Any]] = {
             "expanded": "int?",
         },
     },
+    # whether the kernel has an open ipyparallel client to gather from (shell/gather.py; the
+    # sidebar shows its engines section only then): sent when it changes, after any cell
+    "engines_reachable": {"from": "kernel", "fields": {"available": "bool"}},
     # sidebar -> kernel
     "window": {"from": "frontend", "fields": {"request_id": "str", "spec": "WindowSpec"}},
     "refresh": {"from": "frontend", "fields": {"request_id": "str"}},

@@ -101,6 +101,14 @@ export class DeviceConnection implements IDeviceSource {
   }
 
   /**
+   * The kernel has an open ipyparallel client (it says so when that changes;
+   * false until it does): only then is there anything to gather.
+   */
+  get enginesReachable(): boolean {
+    return this._enginesReachable;
+  }
+
+  /**
    * Gather every engine's summary (and the objects of engine `expand`); the
    * kernel answers with an `engines` message.
    */
@@ -278,6 +286,13 @@ export class DeviceConnection implements IDeviceSource {
         this._engines = message;
         this.changed.emit();
         break;
+      case 'engines_reachable':
+        this._enginesReachable = message.available;
+        if (!message.available) {
+          this._engines = null; // a later client's engines are not these
+        }
+        this.changed.emit();
+        break;
       case 'rerun':
         if (message.cell_id.length > 0) {
           this.rerunRequested.emit(message.cell_id);
@@ -375,6 +390,7 @@ export class DeviceConnection implements IDeviceSource {
     this._view = null;
     this._timeline = null;
     this._engines = null;
+    this._enginesReachable = false;
     this._snapshotActionKey = undefined;
   }
 
@@ -388,6 +404,7 @@ export class DeviceConnection implements IDeviceSource {
   private _view: IMirror | null = null;
   private _timeline: ITimelineMessage | null = null;
   private _engines: IEnginesMessage | null = null;
+  private _enginesReachable = false;
   private _spec: IWindowSpec = { ...DEFAULT_SPEC };
   private _status: IStatusLine | null = null;
   /** The previous snapshot's last_action (undefined: no snapshot on this comm yet). */

@@ -209,10 +209,12 @@ export class DevicePanel extends Widget {
     const torchImported = showView && view.header.torch_imported;
 
     this._timelineChart.render(showView ? (connection?.timeline ?? null) : null);
+    // the engines section only where the kernel has engines to gather from
+    const engines = showView && Boolean(connection?.enginesReachable);
     this._engines.render(
-      showView ? (connection?.engines ?? null) : null,
+      engines ? (connection?.engines ?? null) : null,
       Boolean(connection?.connected),
-      showView
+      engines
     );
     this.node.dataset.state = state;
     this.node.dataset.busy = String(Boolean(connection?.busy));

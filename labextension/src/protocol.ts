@@ -27,6 +27,7 @@ export interface IRow {
   status: string;
   selectable: boolean;
   action: IAction;
+  mixed: boolean | null;
 }
 
 export interface IDeviceBar {
@@ -213,6 +214,12 @@ export interface IEnginesMessage extends IEnvelope {
   expanded: number | null;
 }
 
+export interface IEnginesReachableMessage extends IEnvelope {
+  type: 'engines_reachable';
+  seq: number;
+  available: boolean;
+}
+
 export interface IWindowMessage extends IEnvelope {
   type: 'window';
   request_id: string;
@@ -242,7 +249,7 @@ export interface IGatherEnginesMessage extends IEnvelope {
   expand: number | null;
 }
 
-export type FromKernel = IViewMessage | IDeltaMessage | IReplyMessage | IUnloadedMessage | ITimelineMessage | IRerunMessage | IEnginesMessage;
+export type FromKernel = IViewMessage | IDeltaMessage | IReplyMessage | IUnloadedMessage | ITimelineMessage | IRerunMessage | IEnginesMessage | IEnginesReachableMessage;
 export type ToKernel = IWindowMessage | IRefreshMessage | IMoveMessage | IUndoMessage | IGatherEnginesMessage;
 
 /** The schema itself, for the runtime checks in validate.ts. */
@@ -268,7 +275,8 @@ export const SCHEMA = {
       "grad_bytes": "int",
       "status": "str",
       "selectable": "bool",
-      "action": "Action"
+      "action": "Action",
+      "mixed": "bool?"
     },
     "DeviceBar": {
       "device": "str",
@@ -433,6 +441,12 @@ export const SCHEMA = {
         "missing": "list[MissingEngine]",
         "seconds": "float",
         "expanded": "int?"
+      }
+    },
+    "engines_reachable": {
+      "from": "kernel",
+      "fields": {
+        "available": "bool"
       }
     },
     "window": {

@@ -167,6 +167,8 @@ export class RowsTable {
     tr.dataset.name = row.name;
     tr.dataset.device = row.device;
     tr.dataset.kind = row.kind;
+    // its data spans several devices ("cpu, meta"): its device text is marked (base.css)
+    tr.classList.toggle('jp-mod-mixed', row.mixed === true);
     if (row.status) {
       tr.title = row.status;
     }

@@ -49,6 +49,8 @@ export interface IDeviceSource {
   readonly timeline: ITimelineMessage | null;
   /** Every ipyparallel engine's summary as last gathered, or null before the first. */
   readonly engines: IEnginesMessage | null;
+  /** The kernel has an open ipyparallel client to gather from (the kernel says so). */
+  readonly enginesReachable: boolean;
   /** The line under the table: the last reply or outcome, or a problem. */
   readonly status: IStatusLine | null;
   /** The kernel has been busy for a while (a cell is running). */

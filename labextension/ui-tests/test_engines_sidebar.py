@@ -1,10 +1,10 @@
 """The sidebar's engines section in a real JupyterLab (headless Debian Chromium).
 
-Before any client exists, Gather says how to connect one (wrapped inside the sidebar). Then the
-notebook's kernel starts a 2-engine ipyparallel cluster (``ipp.Cluster(n=2)``), each engine
-with the simulated accelerator and a model on it; Gather in the sidebar shows one row per engine
-and device from the engines' summaries, and expanding engine 1 lists its objects. The cluster is
-stopped at the end, whatever happened.
+Before any client exists the sidebar has no engines section. Then the notebook's kernel starts a
+2-engine ipyparallel cluster (``ipp.Cluster(n=2)``), each engine with the simulated accelerator
+and a model on it: the section appears, Gather shows one row per engine and device from the
+engines' summaries, and expanding engine 1 lists its objects. Closing the client takes the
+section away again. The cluster is stopped at the end, whatever happened.
 """
 
 from __future__ import annotations
@@ -64,16 +64,18 @@ def test_gather_shows_engines_and_expands_one(lab) -> None:
     run_cell(page, "%load_ext torchdevice_magic")
     if not page.locator(PANEL).is_visible():
         page.click(TAB)
-    # no client yet: Gather says how to connect one, wrapped inside the sidebar
-    page.click(GATHER)
-    note = page.locator(f"{SECTION} .jp-TorchDevices-engines-note")
-    expect(note).to_contain_text("no ipyparallel client", timeout=30_000)
-    assert note.evaluate("n => n.scrollWidth <= n.clientWidth"), "the note runs out of the sidebar"
+    expect(page.locator(PANEL)).to_have_attribute("data-state", "ready")
+    expect(page.locator(SECTION)).to_be_hidden()  # no client yet: nothing to gather
     started = run_cell(page, START)
     try:
         expect(started.locator(".jp-OutputArea")).to_contain_text("engines up: [0, 1]")
         if not page.locator(PANEL).is_visible():
             page.click(TAB)
+        expect(page.locator(SECTION)).to_be_visible(timeout=30_000)
+        note = page.locator(f"{SECTION} .jp-TorchDevices-engines-note")
+        assert note.evaluate("n => n.scrollWidth <= n.clientWidth"), (
+            "the note runs out of the sidebar"
+        )
         expect(page.locator(GATHER)).to_be_enabled(timeout=30_000)
         page.click(GATHER)
         for engine in (0, 1):
@@ -99,5 +101,7 @@ def test_gather_shows_engines_and_expands_one(lab) -> None:
         expect(
             page.locator(f'{SECTION} tr.jp-TorchDevices-engines-object[data-engine="0"]')
         ).to_have_count(0)
+        run_cell(page, "rc.close()")
+        expect(page.locator(SECTION)).to_be_hidden(timeout=30_000)
     finally:
         run_cell(page, "rc.close()\ncluster.stop_cluster_sync()")

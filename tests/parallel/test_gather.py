@@ -127,6 +127,8 @@ def test_without_a_client_the_magic_says_how_to_connect_one(ip: Any) -> None:
 
     with pytest.raises(UsageError, match="no ipyparallel client"):
         ip.run_line_magic("devices", "--engines")
+    with pytest.raises(LookupError, match=r"or pass a client: engines_frame\(rc\)"):
+        engines_frame()
 
 
 class _Channel:
@@ -179,6 +181,43 @@ def test_without_a_client_the_sidebar_is_told_there_are_no_engines(ip: Any) -> N
     [message] = channel.sent
     assert message["available"] is False and message["engines"] == []
     assert "no ipyparallel client" in message["message"]
+    # what a sidebar user can do there, not the Python API's engines_frame(rc)
+    assert "ipp.Cluster(n=2).start_and_connect_sync()" in message["message"]
+    assert "engines_frame" not in message["message"]
+
+
+def test_the_sidebar_is_told_when_a_client_comes_and_goes(cluster: Any, ip: Any) -> None:
+    """``engines_reachable`` after every cell: true once the %px client exists, false when it is
+    gone; a kernel that never imported ipyparallel is answered from sys.modules alone."""
+    import sys
+
+    from torchdevice_magic.shell import get_session
+    from torchdevice_magic.shell.gather import engines_reachable
+
+    sent: list[dict[str, Any]] = []
+    sidebar = SimpleNamespace(
+        comm_id="s", send=sent.append, on_msg=lambda handler: None, on_close=lambda h: None
+    )
+    get_session(ip).channel._on_open(sidebar, {})
+    assert [m["type"] for m in sent] == ["view"]  # no client: the section stays hidden, untold
+    cluster.activate()
+    try:
+        ip.run_cell("pass")
+        assert [(m["type"], m.get("available")) for m in sent[1:]] == [("engines_reachable", True)]
+        ip.run_cell("pass")
+        assert len(sent) == 2  # told once
+    finally:
+        px = ip.magics_manager.registry.pop("ParallelMagics", None)
+        for kind, names in getattr(px, "magics", {}).items():
+            for name in names:
+                ip.magics_manager.magics[kind].pop(name, None)
+    ip.run_cell("pass")
+    assert (sent[-1]["type"], sent[-1]["available"]) == ("engines_reachable", False)
+    ipyparallel = sys.modules.pop("ipyparallel")
+    try:
+        assert engines_reachable() == {"available": False}
+    finally:
+        sys.modules["ipyparallel"] = ipyparallel
 
 
 def test_a_closed_client_is_named_in_words_by_the_magic_and_the_sidebar(
@@ -188,14 +227,14 @@ def test_a_closed_client_is_named_in_words_by_the_magic_and_the_sidebar(
     not ipyparallel's traceback. A second client of the shared cluster is the one closed."""
     from IPython.core.error import UsageError
 
-    from torchdevice_magic.shell.gather import engines_handler
+    from torchdevice_magic.shell.gather import engines_handler, engines_reachable
 
     closed = cluster.cluster.connect_client_sync()
     closed.wait_for_engines(2, timeout=60)
     closed.activate()  # the %px magics' client, as the notebook's rc is
     closed.close()
     try:
-        with pytest.raises(LookupError, match="cannot reach its engines.*connect one again"):
+        with pytest.raises(LookupError, match="cannot reach its engines.*rc.activate()"):
             gather(closed, timeout=5)
         with pytest.raises(UsageError, match="cannot reach its engines"):
             ip.run_line_magic("devices", "--engines")
@@ -203,6 +242,7 @@ def test_a_closed_client_is_named_in_words_by_the_magic_and_the_sidebar(
         assert engines_handler(channel)(_request(None)) == (True, "", None)
         [message] = channel.sent
         assert message["available"] is False and "cannot reach" in message["message"]
+        assert engines_reachable() == {"available": False}  # the sidebar hides its section
     finally:
         px = ip.magics_manager.registry.pop("ParallelMagics", None)
         for kind, names in getattr(px, "magics", {}).items():

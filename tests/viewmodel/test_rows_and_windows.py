@@ -67,6 +67,18 @@ def test_meta_rows_say_what_they_would_need() -> None:
     assert "cannot be moved" in row.action.reason
 
 
+def test_a_row_whose_data_spans_devices_says_so() -> None:
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    net[1].to("meta")
+    pair = [torch.ones(2), torch.ones(2, device="meta")]  # a list: one row per tensor
+    opt = torch.optim.SGD(net[0].parameters(), lr=0.1)
+    inv = scan({"net": net, "x": torch.ones(3), "pair": pair, "opt": opt})
+    by_name = {r.name: r for r in vm.window(inv.records, WindowSpec(), None).rows}
+    assert by_name["net"].mixed and by_name["net"].device == "cpu, meta"
+    assert by_name["net"].to_wire()["mixed"] is True
+    assert not any(by_name[name].mixed for name in ("x", "pair[0]", "pair[1]", "opt"))
+
+
 def test_filter_by_name_type_and_device() -> None:
     ns = {"alpha": torch.ones(2), "beta": torch.ones(2), "net": torch.nn.Linear(2, 2)}
     ns["ghost"] = torch.empty(3, device="meta")

@@ -13,6 +13,7 @@ code. All figures come from :mod:`.viewmodel`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from .. import protocol
@@ -36,6 +37,7 @@ class _Subscriber:
         "actions",
         "timeline_seq",
         "timeline_rows",
+        "statuses",
     )
 
     def __init__(self, channel: Any) -> None:
@@ -47,6 +49,7 @@ class _Subscriber:
         self.actions = 0  # the controller's action count when this sidebar was last sent
         self.timeline_seq: int | None = None  # the seq of its last timeline message
         self.timeline_rows = 0  # timeline rows recorded when it was sent
+        self.statuses: dict[str, dict[str, Any]] = {}  # each status's fields it was last told
 
 
 class SidebarChannel:
@@ -65,10 +68,43 @@ class SidebarChannel:
         #: request type -> handler(request) -> (ok, message, outcome): request types other
         #: parts add to protocol.MESSAGES (e.g. a rerun), without touching this class
         self.handlers: dict[str, Any] = {}
+        #: message type -> (probe, what a sidebar assumes before it is told): see add_status
+        self.statuses: dict[str, tuple[Callable[[], dict[str, Any]], dict[str, Any]]] = {}
 
     def add_handler(self, kind: str, handler: Any) -> None:
         """Serve the request type ``kind`` (a row of ``protocol.MESSAGES`` from the frontend)."""
         self.handlers[kind] = handler
+
+    def add_status(
+        self, kind: str, probe: Callable[[], dict[str, Any]], assumed: dict[str, Any]
+    ) -> None:
+        """Keep every open sidebar told of ``kind`` (a row of ``protocol.MESSAGES`` from the
+        kernel, e.g. whether engines can be gathered): :meth:`update_statuses` sends a sidebar
+        ``probe()``'s fields whenever they differ from what it was last told, or, before that,
+        from ``assumed`` (what the sidebar assumes untold: nothing is sent while that holds)."""
+        self.statuses[kind] = (probe, dict(assumed))
+
+    def update_statuses(self) -> None:
+        """Send each open sidebar the statuses that changed for it (each probe runs once)."""
+        if not self.comms or not self.statuses:
+            return
+        for kind, (probe, assumed) in self.statuses.items():
+            try:
+                fields = probe()
+            except Exception:  # a probe never breaks the cell it runs after
+                log.debug("torchdevice_magic: the %s probe failed", kind, exc_info=True)
+                continue
+            for subscriber in list(self.comms.values()):
+                if subscriber.statuses.get(kind, assumed) == fields:
+                    continue
+                subscriber.statuses[kind] = fields
+                subscriber.seq += 1
+                self._send(subscriber, protocol.envelope(kind, seq=subscriber.seq, **fields))
+
+    def after_cell(self, _result: Any = None) -> None:
+        """IPython's ``post_run_cell`` event: the statuses after every cell, torch imported or
+        not (a notebook that only drives engines never imports torch itself)."""
+        self.update_statuses()
 
     def broadcast(self, kind: str, **fields: Any) -> None:
         """Send every open sidebar a message of type ``kind`` (a row of ``protocol.MESSAGES``
@@ -93,6 +129,7 @@ class SidebarChannel:
             announced = create_comm(target_name=protocol.COMM_TARGET, data=data)
             subscriber.channel = announced
             self._attach(subscriber)
+            self.update_statuses()
         except Exception:
             log.debug("torchdevice_magic: no frontend to announce to", exc_info=True)
 
@@ -122,6 +159,7 @@ class SidebarChannel:
         subscriber = _Subscriber(channel)
         self._attach(subscriber)
         self._send(subscriber, self._view(subscriber, whole_chart=True))
+        self.update_statuses()
 
     def _attach(self, subscriber: _Subscriber) -> None:
         channel = subscriber.channel
@@ -312,6 +350,7 @@ class SidebarChannel:
         if request.type == "refresh":
             for each in list(self.comms.values()):
                 self._send(each, self._view(each, whole_chart=True))
+            self.update_statuses()
         elif not ok:
             self.push(self.app)  # moves and undos already pushed through after_action
 

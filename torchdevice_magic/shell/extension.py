@@ -20,7 +20,7 @@ def load(shell: Any) -> DeviceSession:
         return session
     from .comm import SidebarChannel
     from .engine import engine_replies, widgets_render
-    from .gather import engines_handler
+    from .gather import engines_handler, engines_reachable
     from .magics import DeviceMagics
 
     session = DeviceSession(shell)
@@ -36,6 +36,9 @@ def load(shell: Any) -> DeviceSession:
     session.channel = SidebarChannel(session.app, announce=widgets_render(shell))
     # the sidebar's engines section: every ipyparallel engine of this kernel's client
     session.channel.add_handler("gather_engines", engines_handler(session.channel))
+    # and whether there are engines to gather at all (the section shows only then)
+    session.channel.add_status("engines_reachable", engines_reachable, {"available": False})
+    shell.events.register("post_run_cell", session.channel.after_cell)
     session.channel.register()
     session.engine = engine_replies(shell)
     return session
@@ -67,6 +70,8 @@ def unload(shell: Any) -> None:
     if session.config in shell.configurables:
         shell.configurables.remove(session.config)
     if session.channel is not None:
+        with contextlib.suppress(ValueError):
+            shell.events.unregister("post_run_cell", session.channel.after_cell)
         session.channel.unregister()
     if session.engine is not None:
         session.engine.remove()

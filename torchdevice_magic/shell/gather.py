@@ -99,6 +99,14 @@ def find_client(client_or_view: Any = None) -> tuple[Any, list[int]]:
     return client, [int(t) for t in targets]
 
 
+#: how a user of this kernel connects a client (the first client of a session becomes the
+#: one ``%px`` uses; a later one only through ``rc.activate()``)
+CONNECT_HINT = (
+    "import ipyparallel as ipp; rc = ipp.Cluster(n=2).start_and_connect_sync() starts two "
+    "engines and connects to them (rc = ipp.Client() connects to a cluster already running)"
+)
+
+
 def _px_view() -> Any:
     from IPython import get_ipython
 
@@ -106,11 +114,22 @@ def _px_view() -> Any:
     px = shell.magics_manager.magics["line"].get("px") if shell is not None else None
     view = getattr(getattr(px, "__self__", None), "view", None)
     if view is None:
-        raise LookupError(
-            "no ipyparallel client in this session: connect one first (rc = ipp.Client(), or "
-            "rc = ipp.Cluster(n=2).start_and_connect_sync()) or pass it: engines_frame(rc)"
-        )
+        raise LookupError(f"no ipyparallel client in this session: {CONNECT_HINT}")
     return view
+
+
+def engines_reachable() -> dict[str, Any]:
+    """The sidebar's ``engines_reachable`` status: ``available`` when this kernel has an open
+    ipyparallel client for ``%px`` (the client a gather asks). Cheap enough for every cell: a
+    kernel that never imported ipyparallel answers from ``sys.modules`` alone."""
+    if "ipyparallel" not in sys.modules:
+        return {"available": False}
+    try:
+        view = _px_view()
+    except LookupError:
+        return {"available": False}
+    # ipyparallel has no public "closed" flag; a closed client refuses every request
+    return {"available": not getattr(view.client, "_closed", False)}
 
 
 def gather(
@@ -133,8 +152,9 @@ def gather(
             result = view.apply_async(engine_report, engine in expanded)
         except RuntimeError as error:  # ipyparallel's "cannot be used after ... closed"
             raise LookupError(
-                f"the ipyparallel client cannot reach its engines ({error}): connect one again "
-                "(rc = ipp.Client(), or rc = ipp.Cluster(n=2).start_and_connect_sync())"
+                f"the ipyparallel client cannot reach its engines ({error}): connect a new one "
+                "and give it to %px: rc = ipp.Client() (or rc = ipp.Cluster(n=2)"
+                ".start_and_connect_sync()), then rc.activate()"
             ) from None
         _forget_history(client, result.msg_ids)
         pending[engine] = result
@@ -176,7 +196,12 @@ def engines_frame(
     their reason in ``status`` (and in ``frame.attrs["missing"]``)."""
     expand = () if engine is None else (engine,)
     wait = DEFAULT_TIMEOUT if timeout is None else timeout
-    gathered = gather(client_or_view, timeout=wait, expand=expand)
+    try:
+        gathered = gather(client_or_view, timeout=wait, expand=expand)
+    except LookupError as error:
+        if client_or_view is not None:
+            raise
+        raise LookupError(f"{error}; or pass a client: engines_frame(rc)") from None
     return gathered.to_frame(objects=engine is not None)
 
 
@@ -240,6 +265,7 @@ __all__ = [
     "engine_report",
     "engines_frame",
     "engines_handler",
+    "engines_reachable",
     "find_client",
     "gather",
 ]

@@ -178,6 +178,7 @@ class Row:
     status: str  # "", "hidden", "spans cpu, meta", "shares storage with y", notes
     selectable: bool
     action: Action
+    mixed: bool  # its data spans several devices (the sidebar marks its device)
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -196,6 +197,7 @@ class Row:
             "status": self.status,
             "selectable": self.selectable,
             "action": self.action.to_wire(),
+            "mixed": self.mixed,
         }
 
     def cells(self) -> tuple[str, ...]:
@@ -270,11 +272,17 @@ def row_action(
     return Action(True, label, f"Move {record.name} to {target}")
 
 
+def spans_devices(record: Any) -> bool:
+    """The object's own data sits on several devices. An optimizer's state follows its
+    parameters, which their module's row already shows."""
+    return bool(record.mixed) and record.kind != "optimizer"
+
+
 def status_text(record: Any) -> str:
     parts = []
     if record.hidden:
         parts.append("held by output history")
-    if record.mixed and record.kind != "optimizer":
+    if spans_devices(record):
         parts.append(f"spans {', '.join(record.devices)}")
     if record.note and not record.note.startswith("spans "):
         parts.append(in_words(record.note))
@@ -304,6 +312,7 @@ def make_row(record: Any, target: str | None, root_devices: Sequence[str] | None
         status=status_text(record),
         selectable=bool(record.movable and not record.hidden),
         action=action,
+        mixed=spans_devices(record),
     )
 
 

@@ -46,6 +46,27 @@ function enginesMessage(change: Partial<IEnginesMessage> = {}): IEnginesMessage 
   };
 }
 
+/** The kernel says whether it has an ipyparallel client (sent when that changes). */
+function reachable(h: IHarness, available: boolean): void {
+  h.comm.receive({
+    protocol: 'torchdevice_magic',
+    version: 3,
+    type: 'engines_reachable',
+    seq: 4,
+    available
+  });
+}
+
+function sectionHidden(h: IHarness): boolean {
+  return q(h.panel.node, '.jp-TorchDevices-engines').hidden;
+}
+
+/** What shell/gather.py says when the kernel has no client (its CONNECT_HINT). */
+const NO_CLIENT =
+  'no ipyparallel client in this session: import ipyparallel as ipp; ' +
+  'rc = ipp.Cluster(n=2).start_and_connect_sync() starts two engines and connects to them ' +
+  '(rc = ipp.Client() connects to a cluster already running)';
+
 function cells(h: IHarness): string[][] {
   return Array.from(h.panel.node.querySelectorAll('.jp-TorchDevices-engines tbody tr')).map(tr =>
     Array.from(tr.querySelectorAll('td')).map(td => td.textContent ?? '')
@@ -57,8 +78,27 @@ function sentGathers(h: IHarness): unknown[] {
 }
 
 describe('engines section', () => {
+  it('shows only while the kernel has a client to gather from', async () => {
+    const h = await connectedPanel(loadFixture('basic'));
+    expect(sectionHidden(h)).toBe(true); // untold: no client
+    reachable(h, true);
+    expect(sectionHidden(h)).toBe(false);
+    h.comm.receive(enginesMessage());
+    expect(cells(h).length).toBe(3);
+    // the client went away: the section goes, and a later client's engines start afresh
+    reachable(h, false);
+    expect(sectionHidden(h)).toBe(true);
+    expect(h.connection.engines).toBeNull();
+    reachable(h, true);
+    expect(sectionHidden(h)).toBe(false);
+    expect(cells(h)).toEqual([]);
+    h.panel.dispose();
+    h.connection.dispose();
+  });
+
   it('asks for nothing until the user presses Gather', async () => {
     const h = await connectedPanel(loadFixture('basic'));
+    reachable(h, true);
     expect(sentGathers(h)).toEqual([]);
     const gather = q<HTMLButtonElement>(h.panel.node, '.jp-TorchDevices-engines-gather');
     expect(gather.textContent).toBe('Gather');
@@ -73,6 +113,7 @@ describe('engines section', () => {
 
   it("draws one row per engine and device in the kernel's words, and names the silent ones", async () => {
     const h = await connectedPanel(loadFixture('basic'));
+    reachable(h, true);
     h.comm.receive(enginesMessage());
     expect(cells(h)).toEqual([
       ['▸', '0', 'cpu', '160 B', '1', '', '0', 'node-a'],
@@ -94,6 +135,7 @@ describe('engines section', () => {
 
   it('expands an engine to its objects and collapses it again', async () => {
     const h = await connectedPanel(loadFixture('basic'));
+    reachable(h, true);
     h.comm.receive(enginesMessage());
     const expand = h.panel.node.querySelectorAll<HTMLButtonElement>(
       '.jp-TorchDevices-engines-expand'
@@ -121,17 +163,16 @@ describe('engines section', () => {
 
   it('says why there are no engines when the kernel has no client', async () => {
     const h = await connectedPanel(loadFixture('basic'));
+    reachable(h, true);
     h.comm.receive(
       enginesMessage({
         available: false,
-        message: 'no ipyparallel client in this session: connect one first',
+        message: NO_CLIENT,
         engines: [],
         missing: []
       })
     );
-    expect(q(h.panel.node, '.jp-TorchDevices-engines-note').textContent).toBe(
-      'no ipyparallel client in this session: connect one first'
-    );
+    expect(q(h.panel.node, '.jp-TorchDevices-engines-note').textContent).toBe(NO_CLIENT);
     expect(cells(h)).toEqual([]);
     h.panel.dispose();
     h.connection.dispose();

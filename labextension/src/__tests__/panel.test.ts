@@ -79,6 +79,12 @@ describe.each(fixtureNames())('%s', name => {
       expect(cell(h.panel, row.name, 'size').textContent).toBe(row.size);
       expect(cell(h.panel, row.name, 'grad').textContent).toBe(row.grad);
       expect(cell(h.panel, row.name, 'shape').textContent).toBe(row.shape || '—');
+      // a row whose data spans devices is marked where the kernel says so, and only there
+      const tr = q(h.panel.node, `tr[data-name="${row.name}"]`);
+      expect(tr.classList.contains('jp-mod-mixed')).toBe(row.mixed === true);
+    }
+    if (name === 'mixed') {
+      expect(view.window.rows.filter(r => r.mixed).map(r => r.name)).toEqual(['model']);
     }
     const bars = Array.from(h.panel.node.querySelectorAll('.jp-TorchDevices-total'));
     expect(bars.map(b => b.querySelector('.jp-TorchDevices-totalSize')!.textContent)).toEqual(
@@ -296,6 +302,7 @@ class PlainSource implements IDeviceSource {
   spec: IWindowSpec = { ...DEFAULT_SPEC };
   timeline = null;
   engines = null;
+  enginesReachable = false;
   status: IStatusLine | null = null;
   busy = false;
   actionPending = false;

@@ -13,6 +13,7 @@ describe('schema', () => {
       [
         'delta',
         'engines',
+        'engines_reachable',
         'gather_engines',
         'move',
         'refresh',
