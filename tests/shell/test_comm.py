@@ -519,7 +519,6 @@ def test_another_part_adds_a_message_type_in_one_row(channel, shell, monkeypatch
     assert not replies[0]["ok"] and "must be a string" in replies[0]["message"]
 
 
-<<<<<<< HEAD
 def test_an_optimizer_without_state_names_its_parameters_device_in_every_view(channel, shell):
     """The sidebar's row, the widget table's row and ``%devices --text`` say the same for an
     optimizer without state: the device of the parameters it updates; after a cell gives
@@ -553,7 +552,8 @@ def test_an_optimizer_without_state_names_its_parameters_device_in_every_view(ch
     for message in fake.sent:  # the cell's delta: the rescan saw the row change
         mirror.apply(message)
     assert mirror.rows["opt"]["device"] == "cpu (params; no state yet)"
-=======
+
+
 def test_a_status_reaches_a_sidebar_when_it_changes_and_only_then(channel, shell, monkeypatch):
     """A status (``add_status``) is sent when it differs from what the sidebar was last told or
     assumes untold: after any cell, torch or not, on a new sidebar, on a refresh; never twice."""
@@ -578,4 +578,3 @@ def test_a_status_reaches_a_sidebar_when_it_changes_and_only_then(channel, shell
     replies, _ = later.request({"type": "refresh", "request_id": "r"})
     assert replies[0]["ok"] and [m["on"] for m in later.sent if m["type"] == "lamp"] == [False]
     assert [m["on"] for m in fake.sent if m["type"] == "lamp"] == [False]
->>>>>>> lane-panel
