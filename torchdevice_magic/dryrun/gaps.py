@@ -15,6 +15,15 @@
   ``torch.empty((), dtype=torch.int64).random_().item()``): a fake has no value to read.
   :func:`device_checks` draws it for real (from the CPU generator the dry run forks and
   restores) and keeps it as the fake's constant, so iterating a loader can be predicted.
+- The message: the fake mode raises TensorIterator's words for every operator that mixes
+  devices, where the real run names the argument and the operator for most of them ("but got
+  mat1 is on cpu, different from other tensors on cuda:0 (when checking argument in method
+  wrapper_CUDA_addmm)", torchgen's generated check), another operator's words for an operator
+  whose kernel is composite (``embedding`` fails in ``index_select``), or an ``IndexError``
+  for an index tensor. When the fake mode raises a device error, :func:`device_checks` raises
+  instead the error CUDA's rules (:mod:`..testing.cuda_rules`, those the simulated accelerator
+  follows) give for the same call, on ``cuda`` or the simulated device, and remembers which
+  operator raised it (:meth:`DeviceChecks.operator_of`).
 - ``torch.tensor(data, device=...)`` on a Python backend (the simulated accelerator): the
   constructor makes a real tensor of the backend, which the fake mode cannot lift.
   :func:`python_backend_factories` builds it on the CPU and moves it, under the fake mode.
@@ -26,7 +35,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["device_checks", "python_backend_factories", "tensor_type_name"]
+__all__ = ["device_checks", "python_backend_factories", "real_device_error", "tensor_type_name"]
 
 #: scalar types whose tensors print with a legacy name (``torch.cuda.FloatTensor``)
 _LEGACY = frozenset({"Float", "Double", "Half", "BFloat16", "Byte", "Char", "Short", "Int", "Long", "Bool"})  # fmt: skip  # noqa: E501
@@ -81,29 +90,101 @@ def _check_foreach(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             )
 
 
+def real_device_error(func: Any, args: Any, kwargs: dict[str, Any]) -> Exception | None:
+    """The error CUDA (or the simulated accelerator, which follows CUDA's rules) raises for
+    ``func`` called with these arguments, or None: where it raises none, and where no argument
+    is on such a device (a CPU and meta mix fails in meta kernels, whose words the fake mode
+    has already)."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    from ..testing.cuda_rules import DISPATCH_KEY, device_error
+
+    backend = torch._C._get_privateuse1_backend_name()
+    kinds = {t.device.type for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+    accelerators = kinds - {"cpu"}
+    if accelerators == {"cuda"}:
+        key = "CUDA"
+    elif accelerators == {backend} and backend != "privateuseone":
+        key = DISPATCH_KEY
+    else:
+        return None
+    try:
+        error = device_error(func, tuple(args), dict(kwargs))
+    except Exception:  # the rules could not read this call: the fake mode's words stand
+        return None
+    if error is None or key == DISPATCH_KEY:
+        return error
+    # torchgen names the generated check's wrapper after the dispatch key it is generated for
+    return type(error)(str(error).replace(f"wrapper_{DISPATCH_KEY}_", f"wrapper_{key}_"))
+
+
 def device_checks() -> Any:
-    """A dispatch mode raising the real device's error for the mixes the fake mode lets by,
-    and drawing 0-dim CPU random numbers for real."""
+    """A dispatch mode raising the real device's error for the mixes the fake mode lets by and,
+    in the real device's words, for those it stops; drawing 0-dim CPU random numbers for real.
+    Its ``operator_of(error)`` names the operator that raised a device error."""
     import torch
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    from ..diagnose import parse_message
 
     aten = torch.ops.aten
     checked = {aten.convolution.default: _check_convolution}
     random_fills = {aten.random_.default, getattr(aten.random_, "from"), aten.random_.to}
 
     class DeviceChecks(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            #: id(error) -> (error, the operator that raised it), for every device error
+            self.raised_by: dict[int, tuple[BaseException, str]] = {}
+
+        def operator_of(self, error: BaseException) -> str | None:
+            """The operator that raised ``error`` or the error it was raised from."""
+            seen: set[int] = set()
+            current: BaseException | None = error
+            while current is not None and id(current) not in seen:
+                seen.add(id(current))
+                known = self.raised_by.get(id(current))
+                if known is not None and known[0] is current:
+                    return known[1]
+                current = current.__cause__ or current.__context__
+            return None
+
+        def _raised(self, error: BaseException, func: Any) -> BaseException:
+            # the innermost operator keeps it: the one the message names (``index_select``
+            # inside ``embedding``)
+            self.raised_by.setdefault(id(error), (error, func.overloadpacket.__name__))
+            return error
+
+        def _call(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+            try:
+                return func(*args, **kwargs)
+            except RuntimeError as error:
+                if parse_message(str(error)) is None:
+                    raise
+                fake_error = error
+            # re-entered: an operator whose kernel is composite is run again by the rules, and
+            # the operators it calls get their own words
+            with self:
+                predicted = real_device_error(func, args, kwargs)
+            raise self._raised(predicted or fake_error, func)
+
         def __torch_dispatch__(
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
         ) -> Any:
             kwargs = kwargs or {}
-            check = checked.get(func)
-            if check is not None:
-                check(tuple(args))
-            name = func.__name__
-            if name.startswith("_foreach_") and not name.startswith("_foreach_copy"):
-                _check_foreach(tuple(args), kwargs)
-            result = func(*args, **kwargs)
+            try:
+                check = checked.get(func)
+                if check is not None:
+                    check(tuple(args))
+                name = func.__name__
+                if name.startswith("_foreach_") and not name.startswith("_foreach_copy"):
+                    _check_foreach(tuple(args), kwargs)
+            except RuntimeError as error:
+                self._raised(error, func)
+                raise
+            result = self._call(func, args, kwargs)
             if func in random_fills and _is_cpu_scalar(args[0]):
                 target = args[0]
                 with unset_fake_temporarily():
