@@ -109,6 +109,38 @@ def test_a_cell_that_would_not_fit_is_refused_and_one_that_fits_says_so(simulate
     assert "big" not in ns
 
 
+def test_meta_tensors_need_no_memory_until_the_cell_materialises_them(simulated_device):
+    ns = {"torch": torch, "DEV": simulated_device, "held": torch.nn.Linear(256, 256, device="meta")}
+    nominal = (256 * 256 + 256) * 4
+    built = dry_run("with torch.device('meta'):\n    m = torch.nn.Linear(512, 512)", ns)
+    assert built.completed and built.memory.peak == {} and built.fits == ()
+    assert "meta" not in built.text()
+    built_then_placed = built.cell.replace("512, 512", "256, 256") + "\nm.to_empty(device=DEV)"
+    for cell in (built_then_placed, "held.to_empty(device=DEV)"):
+        report = dry_run(cell, ns, free={simulated_device: nominal - 1})
+        assert report.memory.peak == {simulated_device: nominal}, report.text()
+        assert report.memory.start == {}  # the held meta module is no allocation
+        (fit,) = report.refused
+        assert fit.need == nominal
+        assert {allocation.device for allocation in report.memory.biggest} == {simulated_device}
+
+
+@pytest.mark.parametrize(
+    "cell", ["t = torch.empty(4, device='meta').to(DEV)", "m = held.to(DEV)", "t = x.copy_(w)"]
+)
+def test_copying_out_of_a_meta_tensor_is_the_real_runs_error(simulated_device, cell):
+    def fresh() -> dict:
+        held = torch.nn.Linear(3, 3, device="meta")
+        return {"torch": torch, "DEV": simulated_device, "held": held, "w": held.weight.data,
+                "x": torch.ones(3, 3, device=simulated_device)}  # fmt: skip
+
+    report = dry_run(cell, fresh())
+    with pytest.raises(NotImplementedError) as real:
+        exec(cell, fresh())
+    assert report.device_error, report.text()
+    assert type(report.error) is NotImplementedError and str(report.error) == str(real.value)
+
+
 @pytest.mark.parametrize(
     ("cell", "line", "kind", "words"),
     [

@@ -11,6 +11,9 @@
   ``Expected all tensors to be on the same device, but found at least two devices``.
   :func:`device_checks` raises it for the first slot whose tensors span devices (CPU 0-dim
   tensors mix freely, as everywhere on CUDA; ``_foreach_copy_`` copies between devices).
+- Copying out of a meta tensor (``.to(device)``, ``copy_``): a fake copies its shape, and the
+  real run raises ``NotImplementedError: Cannot copy out of meta tensor; no data!`` (a module's
+  ``.to()`` adds that ``to_empty()`` is the way). :func:`device_checks` raises it.
 - A 0-dim CPU tensor filled at random and read back (``DataLoader``'s base seed:
   ``torch.empty((), dtype=torch.int64).random_().item()``): a fake has no value to read.
   :func:`device_checks` draws it for real (from the CPU generator the dry run forks and
@@ -54,7 +57,7 @@ def tensor_type_name(tensor: Any) -> str:
     return f"{ {'cpu': 'CPU', 'cuda': 'CUDA'}.get(kind, kind) }{scalar}Type"
 
 
-def _check_convolution(args: tuple[Any, ...]) -> None:
+def _check_convolution(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     source, weight = args[0], args[1]
     bias = args[2] if len(args) > 2 else None
     for role, parameter in (("weight", weight), ("bias", bias)):
@@ -64,6 +67,18 @@ def _check_convolution(args: tuple[Any, ...]) -> None:
             f"Input type ({tensor_type_name(source)}) and {role} type "
             f"({tensor_type_name(parameter)}) should be the same"
         )
+
+
+def _check_copy_out_of_meta(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """``_to_copy`` (``.to(device)``) or ``copy_`` from a meta tensor to a real device: a real
+    device has nothing to copy (Copy.cpp's ``copy_impl``); a fake has no values either way."""
+    import torch
+
+    source, device = args[0], kwargs.get("device")
+    if len(args) > 1:  # copy_(self, src)
+        source, device = args[1], args[0].device
+    if source.device.type == "meta" and device is not None and torch.device(device).type != "meta":
+        raise NotImplementedError("Cannot copy out of meta tensor; no data!")
 
 
 def _is_cpu_scalar(tensor: Any) -> bool:
@@ -130,7 +145,11 @@ def device_checks() -> Any:
     from ..diagnose import parse_message
 
     aten = torch.ops.aten
-    checked = {aten.convolution.default: _check_convolution}
+    checked = {
+        aten.convolution.default: _check_convolution,
+        aten._to_copy.default: _check_copy_out_of_meta,
+        aten.copy_.default: _check_copy_out_of_meta,
+    }
     random_fills = {aten.random_.default, getattr(aten.random_, "from"), aten.random_.to}
 
     class DeviceChecks(TorchDispatchMode):
@@ -177,7 +196,7 @@ def device_checks() -> Any:
             try:
                 check = checked.get(func)
                 if check is not None:
-                    check(tuple(args))
+                    check(tuple(args), kwargs)
                 name = func.__name__
                 if name.startswith("_foreach_") and not name.startswith("_foreach_copy"):
                     _check_foreach(tuple(args), kwargs)
