@@ -20,7 +20,6 @@ extension loaded, on the simulated accelerator. Per case:
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ for _folder in (HERE.parent, HERE):
         sys.path.insert(0, str(_folder))
 
 import reports  # noqa: E402  (the corpus, its shell runner and its culprit matching)
+from _corpus_runs import corpus_main, corpus_shell  # noqa: E402
 
 __all__ = ["DryOutcome", "run_corpus", "table", "totals"]
 
@@ -166,31 +166,22 @@ def _mark(value: bool) -> str:
 
 
 def run_corpus(slugs: list[str] | None = None) -> list[DryOutcome]:
-    from IPython.testing.globalipapp import get_ipython
-
-    from torchdevice_magic.testing import simulated_accelerator
-
-    device = f"{simulated_accelerator()}:0"
-    runner = DryRunner(get_ipython(), device)
-    try:
+    with corpus_shell(DryRunner) as runner:
         return [runner.dry_then_run(case) for case in reports.load_cases(slugs)]
-    finally:
-        runner.fresh()
-        runner.shell.user_ns.pop("DEV", None)
-        runner.shell.run_line_magic("unload_ext", "torchdevice_magic")
+
+
+def _inexact_cases(outcomes: list[DryOutcome]) -> str:
+    return "\n".join(
+        f"- {o.slug}: real {o.real} / dry {o.dry} {o.stopped}"
+        for o in outcomes
+        if o.real_error and not o.exact
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("slugs", nargs="*", help="only these cases")
-    parser.add_argument("--verbose", action="store_true", help="culprits of every failing case")
-    args = parser.parse_args()
-    outcomes = run_corpus(args.slugs or None)
-    print(table(outcomes))
-    if args.verbose:
-        for o in outcomes:
-            if o.real_error and not o.exact:
-                print(f"- {o.slug}: real {o.real} / dry {o.dry} {o.stopped}")
+    corpus_main(
+        __doc__.splitlines()[0], run_corpus, table, _inexact_cases, "culprits of every failing case"
+    )
 
 
 if __name__ == "__main__":
