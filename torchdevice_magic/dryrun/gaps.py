@@ -18,6 +18,12 @@
   ``torch.empty((), dtype=torch.int64).random_().item()``): a fake has no value to read.
   :func:`device_checks` draws it for real (from the CPU generator the dry run forks and
   restores) and keeps it as the fake's constant, so iterating a loader can be predicted.
+- Mixes the fake mode lets by that CUDA refuses: a CPU tensor indexed with an index (or a
+  boolean mask) on the device raises an ``IndexError`` on CUDA, and an operator with a generated
+  check takes no 0-dim CPU tensor along (``torch.addmm(torch.tensor(1.), a, b)``), where the fake
+  mode computes both. :func:`device_checks` asks CUDA's rules about every call that mixes
+  devices as they count it (the simulated accelerator asks them on the same condition) and
+  raises what they give, before the fake mode sees the call.
 - The message: the fake mode raises TensorIterator's words for every operator that mixes
   devices, where the real run names the argument and the operator for most of them ("but got
   mat1 is on cpu, different from other tensors on cuda:0 (when checking argument in method
@@ -36,6 +42,7 @@ Pure core: torch only, imported when a mode is made.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["device_checks", "python_backend_factories", "real_device_error", "tensor_type_name"]
@@ -79,6 +86,16 @@ def _check_copy_out_of_meta(args: tuple[Any, ...], kwargs: dict[str, Any]) -> No
         source, device = args[1], args[0].device
     if source.device.type == "meta" and device is not None and torch.device(device).type != "meta":
         raise NotImplementedError("Cannot copy out of meta tensor; no data!")
+
+
+def _tensor_arguments(tensor_type: type, args: Any, kwargs: dict[str, Any]) -> Iterator[Any]:
+    """The tensors an aten operator is given: arguments, and items of list arguments (aten
+    nests no deeper); a walk of its own, cheaper per operator than a pytree's."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, tensor_type):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from (item for item in value if isinstance(item, tensor_type))
 
 
 def _is_cpu_scalar(tensor: Any) -> bool:
@@ -143,6 +160,10 @@ def device_checks() -> Any:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from ..diagnose import parse_message
+    from ..testing.cuda_rules import CROSS_DEVICE_OPS, accepts_cpu_scalars
+
+    tensor_type = torch.Tensor
+    accelerators = {"cuda", torch._C._get_privateuse1_backend_name()} - {"privateuseone"}
 
     aten = torch.ops.aten
     checked = {
@@ -183,11 +204,30 @@ def device_checks() -> Any:
                 if parse_message(str(error)) is None:
                     raise
                 fake_error = error
+            raise self._raised(self._predicted(func, args, kwargs) or fake_error, func)
+
+        def _predicted(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Exception | None:
             # re-entered: an operator whose kernel is composite is run again by the rules, and
             # the operators it calls get their own words
             with self:
-                predicted = real_device_error(func, args, kwargs)
-            raise self._raised(predicted or fake_error, func)
+                return real_device_error(func, args, kwargs)
+
+        def _mixes_devices(self, func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
+            """Whether the real device checks this call's devices (the simulated accelerator
+            asks its rules on the same condition): an argument on cuda or the Python backend,
+            and tensors on two devices (0-dim CPU tensors aside), or a 0-dim CPU tensor given
+            to an operator whose generated check takes none along; copies aside."""
+            devices: set[Any] = set()
+            cpu_scalars = accelerator = False
+            for value in _tensor_arguments(tensor_type, args, kwargs):
+                if _is_cpu_scalar(value):
+                    cpu_scalars = True
+                    continue
+                devices.add(value.device)
+                accelerator = accelerator or value.device.type in accelerators
+            if not accelerator or func.name() in CROSS_DEVICE_OPS:
+                return False
+            return len(devices) > 1 or (cpu_scalars and not accepts_cpu_scalars(func))
 
         def __torch_dispatch__(
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
@@ -203,6 +243,10 @@ def device_checks() -> Any:
             except RuntimeError as error:
                 self._raised(error, func)
                 raise
+            if self._mixes_devices(func, args, kwargs):
+                predicted = self._predicted(func, args, kwargs)
+                if predicted is not None:
+                    raise self._raised(predicted, func)
             result = self._call(func, args, kwargs)
             if func in random_fills and _is_cpu_scalar(args[0]):
                 target = args[0]
