@@ -37,13 +37,15 @@
   constructor makes a real tensor of the backend, which the fake mode cannot lift.
   :func:`python_backend_factories` builds it on the CPU and moves it, under the fake mode.
 
-Pure core: torch only, imported when a mode is made.
+Pure core: torch (imported when a mode is made) and CUDA's rules, :mod:`..testing.cuda_rules`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+
+from ..testing.cuda_rules import CROSS_DEVICE_OPS, DISPATCH_KEY, accepts_cpu_scalars, device_error
 
 __all__ = ["device_checks", "python_backend_factories", "real_device_error", "tensor_type_name"]
 
@@ -128,12 +130,9 @@ def real_device_error(func: Any, args: Any, kwargs: dict[str, Any]) -> Exception
     is on such a device (a CPU and meta mix fails in meta kernels, whose words the fake mode
     has already)."""
     import torch
-    from torch.utils._pytree import tree_leaves
-
-    from ..testing.cuda_rules import DISPATCH_KEY, device_error
 
     backend = torch._C._get_privateuse1_backend_name()
-    kinds = {t.device.type for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+    kinds = {t.device.type for t in _tensor_arguments(torch.Tensor, args, kwargs)}
     accelerators = kinds - {"cpu"}
     if accelerators == {"cuda"}:
         key = "CUDA"
@@ -151,6 +150,41 @@ def real_device_error(func: Any, args: Any, kwargs: dict[str, Any]) -> Exception
     return type(error)(str(error).replace(f"wrapper_{DISPATCH_KEY}_", f"wrapper_{key}_"))
 
 
+def _mixes_devices(func: Any, args: Any, kwargs: dict[str, Any], accelerators: set[str]) -> bool:
+    """Whether the real device checks this call's devices (the simulated accelerator asks its
+    rules on the same condition): an argument on one of ``accelerators``, and tensors on two
+    devices (0-dim CPU tensors aside), or a 0-dim CPU tensor given to an operator whose
+    generated check takes none along; copies aside."""
+    import torch
+
+    devices: set[Any] = set()
+    cpu_scalars = accelerator = False
+    for value in _tensor_arguments(torch.Tensor, args, kwargs):
+        if _is_cpu_scalar(value):
+            cpu_scalars = True
+            continue
+        devices.add(value.device)
+        accelerator = accelerator or value.device.type in accelerators
+    if not accelerator or func.name() in CROSS_DEVICE_OPS:
+        return False
+    return len(devices) > 1 or (cpu_scalars and not accepts_cpu_scalars(func))
+
+
+def _operator_of(
+    raised_by: dict[int, tuple[BaseException, str]], error: BaseException
+) -> str | None:
+    """The operator ``raised_by`` names for ``error`` or an error it was raised from."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        known = raised_by.get(id(current))
+        if known is not None and known[0] is current:
+            return known[1]
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def device_checks() -> Any:
     """A dispatch mode raising the real device's error for the mixes the fake mode lets by and,
     in the real device's words, for those it stops; drawing 0-dim CPU random numbers for real.
@@ -160,9 +194,7 @@ def device_checks() -> Any:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from ..diagnose import parse_message
-    from ..testing.cuda_rules import CROSS_DEVICE_OPS, accepts_cpu_scalars
 
-    tensor_type = torch.Tensor
     accelerators = {"cuda", torch._C._get_privateuse1_backend_name()} - {"privateuseone"}
 
     aten = torch.ops.aten
@@ -181,15 +213,7 @@ def device_checks() -> Any:
 
         def operator_of(self, error: BaseException) -> str | None:
             """The operator that raised ``error`` or the error it was raised from."""
-            seen: set[int] = set()
-            current: BaseException | None = error
-            while current is not None and id(current) not in seen:
-                seen.add(id(current))
-                known = self.raised_by.get(id(current))
-                if known is not None and known[0] is current:
-                    return known[1]
-                current = current.__cause__ or current.__context__
-            return None
+            return _operator_of(self.raised_by, error)
 
         def _raised(self, error: BaseException, func: Any) -> BaseException:
             # the innermost operator keeps it: the one the message names (``index_select``
@@ -212,23 +236,6 @@ def device_checks() -> Any:
             with self:
                 return real_device_error(func, args, kwargs)
 
-        def _mixes_devices(self, func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
-            """Whether the real device checks this call's devices (the simulated accelerator
-            asks its rules on the same condition): an argument on cuda or the Python backend,
-            and tensors on two devices (0-dim CPU tensors aside), or a 0-dim CPU tensor given
-            to an operator whose generated check takes none along; copies aside."""
-            devices: set[Any] = set()
-            cpu_scalars = accelerator = False
-            for value in _tensor_arguments(tensor_type, args, kwargs):
-                if _is_cpu_scalar(value):
-                    cpu_scalars = True
-                    continue
-                devices.add(value.device)
-                accelerator = accelerator or value.device.type in accelerators
-            if not accelerator or func.name() in CROSS_DEVICE_OPS:
-                return False
-            return len(devices) > 1 or (cpu_scalars and not accepts_cpu_scalars(func))
-
         def __torch_dispatch__(
             self, func: Any, types: Any, args: Any = (), kwargs: Any = None
         ) -> Any:
@@ -243,7 +250,7 @@ def device_checks() -> Any:
             except RuntimeError as error:
                 self._raised(error, func)
                 raise
-            if self._mixes_devices(func, args, kwargs):
+            if _mixes_devices(func, args, kwargs, accelerators):
                 predicted = self._predicted(func, args, kwargs)
                 if predicted is not None:
                     raise self._raised(predicted, func)
