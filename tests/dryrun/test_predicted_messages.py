@@ -77,6 +77,13 @@ def test_the_mixes_the_device_accepts_predict_no_error(simulated_device, cell) -
     exec(cell, ns)
 
 
+@pytest.mark.parametrize("cell", ["a.copy_(b)", "torch._foreach_copy_([a], [b])"])
+def test_copies_between_devices_predict_no_error(simulated_device, cell) -> None:
+    # CUDA copies each pair of _foreach_copy_'s lists across devices (its slow path)
+    report = dry_run(cell, namespace(simulated_device))
+    assert report.completed and not report.device_error, report.text()
+
+
 def test_on_cuda_the_generated_check_is_named_after_cuda() -> None:
     from torch._subclasses.fake_tensor import FakeTensorMode
 

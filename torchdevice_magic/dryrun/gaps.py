@@ -21,9 +21,9 @@
 - Mixes the fake mode lets by that CUDA refuses: a CPU tensor indexed with an index (or a
   boolean mask) on the device raises an ``IndexError`` on CUDA, and an operator with a generated
   check takes no 0-dim CPU tensor along (``torch.addmm(torch.tensor(1.), a, b)``), where the fake
-  mode computes both. :func:`device_checks` asks CUDA's rules about every call that mixes
-  devices as they count it (the simulated accelerator asks them on the same condition) and
-  raises what they give, before the fake mode sees the call.
+  mode computes both. :func:`device_checks` asks CUDA's rules about such calls (indexing, and
+  operators with a generated check, mixing devices) and raises what they give, before the fake
+  mode sees the call; the mixes the fake mode checks as CUDA does are left to it.
 - The message: the fake mode raises TensorIterator's words for every operator that mixes
   devices, where the real run names the argument and the operator for most of them ("but got
   mat1 is on cpu, different from other tensors on cuda:0 (when checking argument in method
@@ -43,6 +43,7 @@ Pure core: torch (imported when a mode is made) and CUDA's rules, :mod:`..testin
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ..testing.cuda_rules import CROSS_DEVICE_OPS, DISPATCH_KEY, accepts_cpu_scalars, device_error
@@ -124,6 +125,16 @@ def _check_foreach(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             )
 
 
+@dataclass(frozen=True)
+class _CudaChecks:
+    """What :func:`_refused_by_cuda` compares with, made once per mode."""
+
+    #: device types whose kernels follow CUDA's rules: cuda and the Python backend's
+    accelerators: frozenset[str]
+    #: the indexing operators (CUDA takes their indices on the CPU or the data's device)
+    indexing: frozenset[Any]
+
+
 def real_device_error(func: Any, args: Any, kwargs: dict[str, Any]) -> Exception | None:
     """The error CUDA (or the simulated accelerator, which follows CUDA's rules) raises for
     ``func`` called with these arguments, or None: where it raises none, and where no argument
@@ -150,11 +161,12 @@ def real_device_error(func: Any, args: Any, kwargs: dict[str, Any]) -> Exception
     return type(error)(str(error).replace(f"wrapper_{DISPATCH_KEY}_", f"wrapper_{key}_"))
 
 
-def _mixes_devices(func: Any, args: Any, kwargs: dict[str, Any], accelerators: set[str]) -> bool:
-    """Whether the real device checks this call's devices (the simulated accelerator asks its
-    rules on the same condition): an argument on one of ``accelerators``, and tensors on two
-    devices (0-dim CPU tensors aside), or a 0-dim CPU tensor given to an operator whose
-    generated check takes none along; copies aside."""
+def _refused_by_cuda(func: Any, args: Any, kwargs: dict[str, Any], checks: _CudaChecks) -> bool:
+    """Whether this call is one of the mixes the fake mode lets by and CUDA checks: an argument
+    on one of the accelerators, tensors on two devices (0-dim CPU tensors aside) or a 0-dim CPU
+    tensor, and an operator whose devices CUDA checks where the fake mode does not (indexing,
+    and torchgen's generated check, which takes no CPU scalar along). Operators the fake mode
+    checks as CUDA does (TensorIterator's rule) are left to it."""
     import torch
 
     devices: set[Any] = set()
@@ -164,10 +176,12 @@ def _mixes_devices(func: Any, args: Any, kwargs: dict[str, Any], accelerators: s
             cpu_scalars = True
             continue
         devices.add(value.device)
-        accelerator = accelerator or value.device.type in accelerators
-    if not accelerator or func.name() in CROSS_DEVICE_OPS:
+        accelerator = accelerator or value.device.type in checks.accelerators
+    if not accelerator or (len(devices) < 2 and not cpu_scalars):
         return False
-    return len(devices) > 1 or (cpu_scalars and not accepts_cpu_scalars(func))
+    if func in checks.indexing:
+        return True
+    return func.name() not in CROSS_DEVICE_OPS and not accepts_cpu_scalars(func)
 
 
 def _operator_of(
@@ -195,7 +209,11 @@ def device_checks() -> Any:
 
     from ..diagnose import parse_message
 
-    accelerators = {"cuda", torch._C._get_privateuse1_backend_name()} - {"privateuseone"}
+    backend = torch._C._get_privateuse1_backend_name()
+    cuda_checks = _CudaChecks(
+        frozenset({"cuda", backend} - {"privateuseone"}),
+        frozenset({torch.ops.aten.index.Tensor, torch.ops.aten.index.Tensor_out}),
+    )
 
     aten = torch.ops.aten
     checked = {
@@ -250,7 +268,7 @@ def device_checks() -> Any:
             except RuntimeError as error:
                 self._raised(error, func)
                 raise
-            if _mixes_devices(func, args, kwargs, accelerators):
+            if _refused_by_cuda(func, args, kwargs, cuda_checks):
                 predicted = self._predicted(func, args, kwargs)
                 if predicted is not None:
                     raise self._raised(predicted, func)
