@@ -9,6 +9,8 @@ extension loaded, on the simulated accelerator. Per case:
                   device error, and it names every culprit the real diagnosis names that the
                   reporter's resolution names too, on the same device
   exact           the dry run's culprits are exactly the real diagnosis' (names and order)
+  message         the dry run's error has the real error's type and message, word for word
+                  (so the operator and argument it names are the real ones)
   false error     a dry run predicted a device error for a cell whose real run raised none
   untouched       the namespace's objects kept their ids across every dry run
   stopped         the dry run of the failing cell stopped before reaching the error (why)
@@ -18,7 +20,6 @@ extension loaded, on the simulated accelerator. Per case:
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ for _folder in (HERE.parent, HERE):
         sys.path.insert(0, str(_folder))
 
 import reports  # noqa: E402  (the corpus, its shell runner and its culprit matching)
+from _corpus_runs import corpus_main, corpus_shell  # noqa: E402
 
 __all__ = ["DryOutcome", "run_corpus", "table", "totals"]
 
@@ -43,6 +45,7 @@ class DryOutcome:
     predicted: bool = False  # the dry run of the failing cell predicted a device error
     same: bool = False
     exact: bool = False
+    same_message: bool = False
     false_errors: list[str] = field(default_factory=list)  # cells with a predicted-only error
     untouched: bool = True
     stopped: str = ""
@@ -94,6 +97,9 @@ class DryRunner(reports.Runner):
             if report.device_error:
                 outcome.same = self._same_culprits(case, diagnosis, report.diagnosis)
                 outcome.exact = outcome.real == outcome.dry
+                outcome.same_message = type(report.error) is type(error) and str(
+                    report.error
+                ) == str(error)
             return outcome
         return outcome
 
@@ -123,13 +129,14 @@ def totals(outcomes: list[DryOutcome]) -> dict[str, int]:
         "predicted": sum(o.predicted for o in failing),
         "same_culprits": sum(o.same for o in failing),
         "exact": sum(o.exact for o in failing),
+        "same_message": sum(o.same_message for o in failing),
         "false_errors": sum(bool(o.false_errors) for o in outcomes),
         "touched": sum(not o.untouched for o in outcomes),
     }
 
 
 def table(outcomes: list[DryOutcome]) -> str:
-    rows = [f"{'case':38} {'real':5} {'dry':5} {'same':5} {'exact':5} notes"]
+    rows = [f"{'case':38} {'real':5} {'dry':5} {'same':5} {'exact':5} {'msg':5} notes"]
     for o in outcomes:
         if o.skipped:
             rows.append(f"{o.slug:38} skipped: {o.skipped}")
@@ -139,7 +146,7 @@ def table(outcomes: list[DryOutcome]) -> str:
         notes += [o.stopped] if o.real_error and not o.predicted else []
         rows.append(
             f"{o.slug:38} {_mark(o.real_error):5} {_mark(o.predicted):5} {_mark(o.same):5} "
-            f"{_mark(o.exact):5} {'; '.join(notes)}"
+            f"{_mark(o.exact):5} {_mark(o.same_message):5} {'; '.join(notes)}"
         )
     t = totals(outcomes)
     n = max(t["real_device_errors"], 1)
@@ -147,7 +154,8 @@ def table(outcomes: list[DryOutcome]) -> str:
         f"\n{t['cases']} cases, {t['real_device_errors']} fail with a device error for real\n"
         f"predicted {t['predicted']}/{t['real_device_errors']}   same culprits "
         f"{t['same_culprits']}/{t['real_device_errors']} ({t['same_culprits'] / n:.0%})   "
-        f"exactly the same {t['exact']}   false errors {t['false_errors']}   "
+        f"exactly the same {t['exact']}   same message {t['same_message']}   "
+        f"false errors {t['false_errors']}   "
         f"namespace touched {t['touched']}"
     )
     return "\n".join(rows)
@@ -158,31 +166,22 @@ def _mark(value: bool) -> str:
 
 
 def run_corpus(slugs: list[str] | None = None) -> list[DryOutcome]:
-    from IPython.testing.globalipapp import get_ipython
-
-    from torchdevice_magic.testing import simulated_accelerator
-
-    device = f"{simulated_accelerator()}:0"
-    runner = DryRunner(get_ipython(), device)
-    try:
+    with corpus_shell(DryRunner) as runner:
         return [runner.dry_then_run(case) for case in reports.load_cases(slugs)]
-    finally:
-        runner.fresh()
-        runner.shell.user_ns.pop("DEV", None)
-        runner.shell.run_line_magic("unload_ext", "torchdevice_magic")
+
+
+def _inexact_cases(outcomes: list[DryOutcome]) -> str:
+    return "\n".join(
+        f"- {o.slug}: real {o.real} / dry {o.dry} {o.stopped}"
+        for o in outcomes
+        if o.real_error and not o.exact
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("slugs", nargs="*", help="only these cases")
-    parser.add_argument("--verbose", action="store_true", help="culprits of every failing case")
-    args = parser.parse_args()
-    outcomes = run_corpus(args.slugs or None)
-    print(table(outcomes))
-    if args.verbose:
-        for o in outcomes:
-            if o.real_error and not o.exact:
-                print(f"- {o.slug}: real {o.real} / dry {o.dry} {o.stopped}")
+    corpus_main(
+        __doc__.splitlines()[0], run_corpus, table, _inexact_cases, "culprits of every failing case"
+    )
 
 
 if __name__ == "__main__":

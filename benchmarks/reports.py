@@ -22,7 +22,6 @@ never counted as passed.
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import importlib.util
 import logging
@@ -41,6 +40,7 @@ for _folder in (ROOT, Path(__file__).resolve().parent):
     if str(_folder) not in sys.path:
         sys.path.insert(0, str(_folder))
 
+from _corpus_runs import corpus_main, corpus_shell  # noqa: E402
 from _reports_fixes import (  # noqa: E402
     CellFrame,
     FixNotApplicable,
@@ -439,30 +439,19 @@ def failures(outcomes: list[Outcome]) -> str:
 
 def run_corpus(slugs: list[str] | None = None) -> list[Outcome]:
     """Every case on the simulated accelerator in IPython's test shell (registers both)."""
-    from IPython.testing.globalipapp import get_ipython
-
-    from torchdevice_magic.testing import simulated_accelerator
-
-    device = f"{simulated_accelerator()}:0"
-    runner = Runner(get_ipython(), device)
-    try:
+    with corpus_shell(Runner) as runner:
         return [runner.score(case) for case in load_cases(slugs)]
-    finally:
-        runner.fresh()  # leave the shared shell as the tests' fixture expects it: no case's names
-        runner.shell.user_ns.pop("DEV", None)
-        runner.shell.run_line_magic("unload_ext", "torchdevice_magic")
+
+
+def _failing_cases(outcomes: list[Outcome]) -> str:
+    header = "\nFailing cases (what the diagnosis said vs the reporter's resolution):"
+    return f"{header}\n{failures(outcomes)}"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("slugs", nargs="*", help="only these cases")
-    parser.add_argument("--verbose", action="store_true", help="list every failing case")
-    args = parser.parse_args()
-    outcomes = run_corpus(args.slugs or None)
-    print(table(outcomes))
-    if args.verbose:
-        print("\nFailing cases (what the diagnosis said vs the reporter's resolution):")
-        print(failures(outcomes))
+    corpus_main(
+        __doc__.splitlines()[0], run_corpus, table, _failing_cases, "list every failing case"
+    )
 
 
 if __name__ == "__main__":

@@ -58,11 +58,9 @@ def test_a_device_error_is_predicted_with_the_culprits_the_real_run_names(simula
     assert report.diagnosis.culprits[0].bytes == 16 * 8 * 4  # the real tensor's size
     assert report.diagnosis.fix_text_lines() == real.fix_text_lines()
     assert "The cell would raise a device error on line 1" in report.text()
-    # the diagnosis drawn as the real run's, inside the report: the same culprits and fix
-    # (the headline may differ: the fake's message names no operator argument)
-    html = report._repr_html_()
-    culprits_and_fix = real._repr_html_().partition("<ul>")[2].partition("<details>")[0]
-    assert culprits_and_fix and culprits_and_fix in html
+    # the diagnosis drawn as the real run's, inside the report: the same headline (operator
+    # and argument), culprits, fix and message
+    assert real._repr_html_() in report._repr_html_()
 
 
 def test_a_convolution_mixing_devices_is_predicted_though_fakes_let_it_by(simulated_device):
@@ -109,6 +107,38 @@ def test_a_cell_that_would_not_fit_is_refused_and_one_that_fits_says_so(simulate
     assert "✓ Fits: would need 1.0 GiB on simdev:0, 2.0 GiB free." in fitting.text()
     assert "✓ Fits" not in report.text()
     assert "big" not in ns
+
+
+def test_meta_tensors_need_no_memory_until_the_cell_materialises_them(simulated_device):
+    ns = {"torch": torch, "DEV": simulated_device, "held": torch.nn.Linear(256, 256, device="meta")}
+    nominal = (256 * 256 + 256) * 4
+    built = dry_run("with torch.device('meta'):\n    m = torch.nn.Linear(512, 512)", ns)
+    assert built.completed and built.memory.peak == {} and built.fits == ()
+    assert "meta" not in built.text()
+    built_then_placed = built.cell.replace("512, 512", "256, 256") + "\nm.to_empty(device=DEV)"
+    for cell in (built_then_placed, "held.to_empty(device=DEV)"):
+        report = dry_run(cell, ns, free={simulated_device: nominal - 1})
+        assert report.memory.peak == {simulated_device: nominal}, report.text()
+        assert report.memory.start == {}  # the held meta module is no allocation
+        (fit,) = report.refused
+        assert fit.need == nominal
+        assert {allocation.device for allocation in report.memory.biggest} == {simulated_device}
+
+
+@pytest.mark.parametrize(
+    "cell", ["t = torch.empty(4, device='meta').to(DEV)", "m = held.to(DEV)", "t = x.copy_(w)"]
+)
+def test_copying_out_of_a_meta_tensor_is_the_real_runs_error(simulated_device, cell):
+    def fresh() -> dict:
+        held = torch.nn.Linear(3, 3, device="meta")
+        return {"torch": torch, "DEV": simulated_device, "held": held, "w": held.weight.data,
+                "x": torch.ones(3, 3, device=simulated_device)}  # fmt: skip
+
+    report = dry_run(cell, fresh())
+    with pytest.raises(NotImplementedError) as real:
+        exec(cell, fresh())
+    assert report.device_error, report.text()
+    assert type(report.error) is NotImplementedError and str(report.error) == str(real.value)
 
 
 @pytest.mark.parametrize(

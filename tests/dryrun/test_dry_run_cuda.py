@@ -67,13 +67,42 @@ def test_a_device_error_on_cuda_is_predicted_with_the_real_runs_culprits():
     try:
         exec(STEP, ns)
     except RuntimeError as error:
-        real = diagnose(error, ns, STEP)
+        real, real_message = diagnose(error, ns, STEP), str(error)
     else:
         pytest.fail("the real step raised no device error")
     assert real is not None
     assert [c.alias or c.name for c in report.diagnosis.culprits] == [
         c.alias or c.name for c in real.culprits
     ]
+    # the real run's words: CUDA's generated check names the argument and its wrapper
+    assert str(report.error) == real_message
+    assert (report.diagnosis.operator, report.diagnosis.argument) == ("addmm", "mat1")
+
+
+@pytest.mark.parametrize(
+    "cell",
+    ["out = emb(ids)", "out = torch.cat([a, b])", "out = a + b", "out = torch.mm(b[None], m)"],
+)
+def test_the_predicted_message_is_cudas_own(cell):
+    def fresh() -> dict:
+        return {
+            "torch": torch,
+            "emb": torch.nn.Embedding(10, 4).cuda(),
+            "ids": torch.tensor([1, 2]),
+            "a": torch.ones(3, device="cuda"),
+            "b": torch.ones(3),
+            "m": torch.ones(3, 2, device="cuda"),
+        }
+
+    report = dry_run(cell, fresh())
+    try:
+        exec(cell, fresh())
+    except RuntimeError as error:
+        real = error
+    else:
+        pytest.fail(f"{cell!r} raised no device error")
+    assert report.device_error, report.text()
+    assert str(report.error) == str(real)
 
 
 def test_reseeding_in_a_dry_run_leaves_the_cuda_generator_as_it_was():

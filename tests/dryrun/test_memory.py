@@ -218,10 +218,10 @@ def test_an_allocation_on_another_thread_takes_the_line_the_cell_waits_at() -> N
         ("cuda:1", 2**20 + 1, 2**20 + 512),
         ("cpu", 513, 513),
         ("simdev:0", 1, 1),
-        ("meta", 1000, 1000),
+        ("meta", 1000, 0),  # holds no memory
     ],
 )
-def test_cuda_storages_are_counted_in_512_byte_blocks(
+def test_cuda_storages_are_counted_in_512_byte_blocks_and_meta_ones_as_nothing(
     device: str, nbytes: int, blocks: int
 ) -> None:
     assert allocator_bytes(device, nbytes) == blocks

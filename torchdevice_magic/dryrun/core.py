@@ -4,11 +4,11 @@ The steps, in order: compile the cell (IPython's ``transform_cell`` first when a
 given) under a file name of its own; build the shadow namespace (:mod:`.shadow`: fake copies,
 re-pointed functions); run the cell there under the fake mode, the memory counter
 (:mod:`.memory`) and the file-write guard; then read what stopped it. A device error is
-explained by :func:`..diagnose.diagnose` exactly as the real run's would be, on the shadow
-namespace: its names are the user's, and a function's local is found under the name it has
-there (a fake reports the device of the real object it copies, and its culprit the real size);
-anything else that stopped the run is a :class:`~.report.Stop`. Last, what the cell needs on
-each device beyond what it holds is compared with the device's free memory.
+explained by :func:`..diagnose.diagnose` exactly as the real run's would be (the error is
+the one the real device raises, in its words: see :mod:`.gaps`), on the shadow namespace: its
+names are the user's, and a function's local is found under the name it has there (a fake
+reports the device of the real object it copies, and its culprit the real size); that stopped the run is a :class:`~.report.Stop`. Last, what the cell needs on each device
+beyond what it holds is compared with the device's free memory.
 
 The user's objects are never touched: only their copies run, and nothing is written back.
 """
@@ -135,7 +135,7 @@ def _run_shadow(
     cuda = torch.cuda.is_initialized()
     with (
         torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if cuda else []),
-        copies.running(),
+        copies.running() as checks,
         MemoryCounter(filename) as counter,
         no_file_writes(),
     ):
@@ -166,6 +166,8 @@ def _run_shadow(
             diagnosis = diagnose(error, shadow.namespace, report.cell, target=target, shell=shell)
     if diagnosis is not None:
         _as_real_culprits(diagnosis, shadow.namespace)
+        # the message names the operator where the real one does; the run knows it always
+        diagnosis.operator = diagnosis.operator or checks.operator_of(error)
         report.error, report.diagnosis, report.error_line = error, diagnosis, line
     else:
         report.stopped = _stop(error, line)

@@ -112,16 +112,18 @@ class FakeCopies:
         self._fakes.clear()
 
     @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
-        """The fake mode, entered for the shadow run."""
+    def running(self) -> Iterator[Any]:
+        """The fake mode, entered for the shadow run; yields the device checks (their
+        ``operator_of(error)`` names the operator that raised a device error)."""
         # the fake mode logs every failed meta kernel with its traceback before raising: the
         # error reaches the report, the log would only fill the cell's output
         logger = logging.getLogger("torch._subclasses.fake_tensor")
         level = logger.level
         logger.setLevel(logging.CRITICAL)
         try:
-            with python_backend_fakes(), self.mode, device_checks(), python_backend_factories():
-                yield
+            checks = device_checks()
+            with python_backend_fakes(), self.mode, checks, python_backend_factories():
+                yield checks
         finally:
             logger.setLevel(level)
 

@@ -28,6 +28,10 @@ the same way, so the forecast compares with the allocator's own peak. The CPU al
 caches nor rounds. Memory an operator uses only inside its kernel (cuBLAS and cuDNN workspaces)
 is not seen by any dispatch-level counter, PyTorch's included.
 
+A ``meta`` tensor holds no memory: its storage is not counted (its nominal size is no device's
+need). What a cell materialises from one on a real device (``Module.to_empty``, ``empty_like``)
+is a new storage on that device, counted there.
+
 Pure core: no IPython; torch is imported only when a counter is entered.
 """
 
@@ -60,9 +64,9 @@ BIGGEST_COUNT = 5
 
 def allocator_bytes(device: str, nbytes: int) -> int:
     """The bytes the device's allocator reserves for a storage of ``nbytes``: on ``cuda``
-    devices a whole number of 512-byte blocks (nothing for an empty storage), elsewhere exactly
-    ``nbytes``."""
-    if nbytes <= 0:
+    devices a whole number of 512-byte blocks (nothing for an empty storage), on ``meta``
+    nothing (it has no memory), elsewhere exactly ``nbytes``."""
+    if nbytes <= 0 or device == "meta":
         return 0
     if device == "cuda" or device.startswith("cuda:"):
         return -(-nbytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
@@ -263,6 +267,8 @@ class MemoryCounter:
         if found is None:
             return
         storage, device, raw_nbytes = found
+        if device == "meta":
+            return  # no memory: not an allocation, not in the biggest
         key = storage._cdata
         nbytes = allocator_bytes(device, raw_nbytes)
         with self._lock:

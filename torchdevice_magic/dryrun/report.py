@@ -14,6 +14,9 @@ from ..units import device_sort_key, format_bytes
 
 __all__ = ["DryRunReport", "Fit", "Stop"]
 
+#: how much of the real run's message the text shows (a message can quote a whole tensor)
+_MESSAGE_CHARS = 300
+
 
 @dataclass(frozen=True)
 class Stop:
@@ -99,9 +102,7 @@ class DryRunReport:
             detail = f" ({stop.detail})" if stop.detail else ""
             return [*out, f"Nothing predicted: {stop.reason}{detail}."]
         if self.diagnosis is not None:
-            where = f" on line {self.error_line}" if self.error_line is not None else ""
-            out.append(f"✗ The cell would raise a device error{where}:")
-            out += ["  " + line for line in self.diagnosis.text().splitlines()]
+            out += self._error_lines()
         elif self.stopped is None:
             out.append("✓ No device error.")
         else:
@@ -116,6 +117,21 @@ class DryRunReport:
         if self.stopped is not None:
             out.append(self.stopped.text())
         out += [f"Note: {note}" for note in self.notes]
+        return out
+
+    def _error_lines(self) -> list[str]:
+        """The device error: where (line, operator, argument), its diagnosis, and the message
+        the real run would print, for matching the prediction to the traceback."""
+        diagnosis = self.diagnosis
+        where = f" on line {self.error_line}" if self.error_line is not None else ""
+        if diagnosis.operator:
+            argument = f" (argument {diagnosis.argument})" if diagnosis.argument else ""
+            where += f", in {diagnosis.operator}{argument}"
+        out = [f"✗ The cell would raise a device error{where}:"]
+        out += ["  " + line for line in diagnosis.text().splitlines()]
+        message = str(diagnosis.message).strip().splitlines()
+        if message:
+            out.append(f"  The real run's message: {message[0][:_MESSAGE_CHARS]}")
         return out
 
     def _memory_lines(self) -> list[str]:
@@ -152,7 +168,7 @@ class DryRunReport:
         diagnosis = ""
         if self.diagnosis is not None:
             # the diagnosis drawn as the real run's is (culprits, fix lines, the message)
-            shown = 1 + len(self.diagnosis.text().splitlines())
+            shown = len(self._error_lines())
             lines = [lines[0], lines[1], *lines[1 + shown :]]
             diagnosis = self.diagnosis._repr_html_()
         head, *rest = (html.escape(line) for line in lines)

@@ -50,7 +50,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, SupportsIndex
 
-from .cuda_rules import accepts_cpu_scalars, device_error
+from .cuda_rules import CROSS_DEVICE_OPS, accepts_cpu_scalars, device_error
 
 DEVICE_TYPE = "simdev"
 #: how many devices the simulated accelerator has, read when it registers (default 1)
@@ -370,13 +370,6 @@ def _rebuild(host: Any, index: int = 0) -> Any:
     return _wrapper_class()(host, _checked_index(index) if index else 0)
 
 
-# Copies between devices mix devices by design; every other operator with tensors on the
-# simulated device and elsewhere follows CUDA's rules (cuda_rules.py).
-_CROSS_DEVICE_OPS = frozenset(
-    ("aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::to")
-)
-
-
 def _host_of(tensor: Any) -> Any:
     host = getattr(tensor.untyped_storage(), "host", None)
     if host is None:
@@ -498,7 +491,9 @@ def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
     mixed = len(call.devices) > 1 or (
         call.cpu_scalars and call.devices and not accepts_cpu_scalars(op)
     )
-    if mixed and name not in _CROSS_DEVICE_OPS:
+    # copies between devices mix devices by design; every other operator with tensors on the
+    # simulated device and elsewhere follows CUDA's rules (cuda_rules.py)
+    if mixed and name not in CROSS_DEVICE_OPS:
         error = device_error(op, args, kwargs)  # None for the mixes CUDA accepts
         if error is not None:
             raise error

@@ -50,6 +50,11 @@ SAME_DEVICE = "Expected all tensors to be on the same device"
 #: torch/csrc/Exceptions.cpp's processErrorMsg: the type names it rewrites for Python
 _LEGACY_SCALAR_TYPES = ("Byte", "Char", "Double", "Float", "Int", "Long", "Short", "Half")
 
+#: the operators that copy between devices: their arguments may be on any two
+CROSS_DEVICE_OPS = frozenset(
+    ("aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::to")
+)
+
 _INDEXING = frozenset(("aten::index.Tensor", "aten::index.Tensor_out"))
 _INDEX_PUT = frozenset(("aten::index_put_", "aten::index_put", "aten::_index_put_impl_"))
 _CONVOLUTION = frozenset(("aten::convolution", "aten::_convolution"))
