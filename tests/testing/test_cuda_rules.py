@@ -57,6 +57,12 @@ def _set_item(dev: str) -> torch.Tensor:
     return y
 
 
+def _foreach_copy(dev: str) -> torch.Tensor:
+    targets = [torch.zeros(3, device=dev), torch.zeros(2, device=dev)]
+    torch._foreach_copy_(targets, [torch.arange(3.0), torch.arange(2.0) + 5])
+    return torch.cat(targets)
+
+
 def _data_parallel(dev: str) -> Any:
     model = nn.DataParallel(nn.Linear(3, 2))  # on one device it moves the module there
     model.module.cpu()
@@ -76,6 +82,13 @@ def _rows(dev: str, key: str, float_type: str) -> dict[str, Row]:
             lambda: torch.ones(5) + torch.tensor(1.0, device=dev),
             RuntimeError,
             iterator(dev, "cpu"),
+        ),
+        # native_functions.yaml _foreach_copy_: "device_check: NoCheck # foreach kernels fall
+        # back to slow path when tensor are on different devices" (one copy_ per pair)
+        "foreach copy from cpu tensors": Row(
+            lambda: _foreach_copy(dev),
+            None,
+            result=lambda: torch.cat([torch.arange(3.0), torch.arange(2.0) + 5]),
         ),
         # TensorIterator.cpp compute_types: "Handles CPU scalars on CUDA kernels that support them"
         "elementwise, cpu 0-dim scalar joins": Row(

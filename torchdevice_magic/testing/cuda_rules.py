@@ -50,9 +50,19 @@ SAME_DEVICE = "Expected all tensors to be on the same device"
 #: torch/csrc/Exceptions.cpp's processErrorMsg: the type names it rewrites for Python
 _LEGACY_SCALAR_TYPES = ("Byte", "Char", "Double", "Float", "Int", "Long", "Short", "Half")
 
-#: the operators that copy between devices: their arguments may be on any two
+#: the operators that copy between devices: their arguments may be on any two (the foreach
+#: copies are ``device_check: NoCheck`` in native_functions.yaml and fall back to one ``copy_``
+#: per pair when the devices differ: optimizers' and accelerate's state loading use them)
 CROSS_DEVICE_OPS = frozenset(
-    ("aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::to")
+    (
+        "aten::_to_copy",
+        "aten::copy_",
+        "aten::_copy_from",
+        "aten::_copy_from_and_resize",
+        "aten::to",
+        "aten::_foreach_copy_",
+        "aten::_foreach_copy",
+    )
 )
 
 _INDEXING = frozenset(("aten::index.Tensor", "aten::index.Tensor_out"))
