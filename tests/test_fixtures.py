@@ -82,7 +82,8 @@ def delta_sequence():
     spec = WindowSpec(limit=5)
     inventory = tdm.scan(namespace)
     live = LiveWindow(spec)
-    first = live.reset(inventory.records, spec, "meta")
+    # the inventory itself, as the sidebar's channel passes it: deltas from the head's edits
+    first = live.reset(inventory, spec, "meta")
     messages, seq = [], 1
     for change in (
         {"x1": torch.zeros(4096)},  # into the top of the window
@@ -96,7 +97,7 @@ def delta_sequence():
             else:
                 namespace[name] = value
         inventory = tdm.scan(namespace, previous=inventory, changed=tuple(change))
-        delta = live.update(inventory.records)
+        delta = live.update(inventory)
         if delta is not None:
             messages.append(
                 protocol.envelope(

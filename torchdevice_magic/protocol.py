@@ -1,4 +1,4 @@
-"""The wire schema (version 3) between the kernel and the JupyterLab sidebar.
+"""The wire schema (version 4) between the kernel and the JupyterLab sidebar.
 
 One definition: :data:`STRUCTS` (the shapes) and :data:`MESSAGES` (every message type, in one
 table, with its direction and fields). The sidebar's TypeScript types in
@@ -12,7 +12,8 @@ The conversation::
     sidebar opens the comm            -> kernel sends ``view`` (the 200 biggest rows) at once
     sidebar sends ``window``           -> ``view`` for that sort / filter / page / target
     after a cell, if its window or totals changed -> ``delta`` (rows upserted / removed, the
-                                          new key order when it changed, the header if changed,
+                                          splices that turn the old key order into the new
+                                          one, the header's fields that changed,
                                           the outcome of a move or undo made since, wherever,
                                           the memory chart's new rows: one message per cell)
     a cell that changed nothing tensor-related    -> nothing
@@ -43,7 +44,7 @@ from .scan import register_drawing
 from .viewmodel import MAX_LIMIT, SORTS, WindowSpec, timeline_texts
 
 PROTOCOL_NAME = "torchdevice_magic"
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 COMM_TARGET = "torchdevice_magic"
 _MAX_NAMES_PER_REQUEST = 100_000
 _MAX_STRING = 1000
@@ -100,10 +101,13 @@ STRUCTS: dict[str, dict[str, str]] = {
         "target": "str?",
     },
     "Window": {"spec": "WindowSpec", "rows": "list[Row]", "matching": "int", "total": "int"},
+    # at ``at`` of the key order, take ``remove`` keys out and put ``insert`` in (in order,
+    # each on the result of the one before: Array.prototype.splice)
+    "Splice": {"at": "int", "remove": "int", "insert": "list[str]"},
     "WindowDelta": {
         "upsert": "list[Row]",
         "remove": "list[str]",
-        "order": "list[str]?",
+        "splices": "list[Splice]",
         "matching": "int",
         "total": "int",
     },
@@ -159,6 +163,10 @@ STRUCTS: dict[str, dict[str, str]] = {
     },
     "MissingEngine": {"engine": "int", "reason": "str"},
 }
+#: a delta's header: only the fields that changed since the message before (each optional)
+STRUCTS["HeaderChanges"] = {
+    name: spec if spec.endswith("?") else f"{spec}?" for name, spec in STRUCTS["Header"].items()
+}
 
 #: Every message type: who sends it and its fields (besides protocol/version/type, and seq on
 #: kernel messages). One table, so new message types are one row each.
@@ -176,11 +184,12 @@ MESSAGES: dict[str, dict[str, Any]] = {
     },
     "delta": {
         "from": "kernel",
-        # last_action: the outcome of a move or undo since the message before, else null;
-        # timeline: the memory chart's rows recorded since, else null
+        # header: the fields that changed since the message before, else null; last_action:
+        # the outcome of a move or undo since the message before, else null; timeline: the
+        # memory chart's rows recorded since, else null
         "fields": {
             "base": "int",
-            "header": "Header?",
+            "header": "HeaderChanges?",
             "window": "WindowDelta",
             "last_action": "Outcome?",
             "timeline": "Timeline?",

@@ -2,7 +2,7 @@
 // Do not edit: change the tables there and regenerate (tests/test_protocol.py checks).
 
 export const PROTOCOL_NAME = 'torchdevice_magic';
-export const PROTOCOL_VERSION = 3;
+export const PROTOCOL_VERSION = 4;
 export const COMM_TARGET = 'torchdevice_magic';
 
 export interface IAction {
@@ -78,10 +78,16 @@ export interface IWindow {
   total: number;
 }
 
+export interface ISplice {
+  at: number;
+  remove: number;
+  insert: string[];
+}
+
 export interface IWindowDelta {
   upsert: IRow[];
   remove: string[];
-  order: string[] | null;
+  splices: ISplice[];
   matching: number;
   total: number;
 }
@@ -148,6 +154,18 @@ export interface IMissingEngine {
   reason: string;
 }
 
+export interface IHeaderChanges {
+  torch_imported: boolean | null;
+  message: string | null;
+  bars: IDeviceBar[] | null;
+  totals_note: string | null;
+  device_notes: string[] | null;
+  warnings: string[] | null;
+  targets: ITarget[] | null;
+  target: string | null;
+  buttons: IButtons | null;
+}
+
 export interface IEnvelope {
   protocol: string;
   version: number;
@@ -168,7 +186,7 @@ export interface IDeltaMessage extends IEnvelope {
   type: 'delta';
   seq: number;
   base: number;
-  header: IHeader | null;
+  header: IHeaderChanges | null;
   window: IWindowDelta;
   last_action: IOutcome | null;
   timeline: ITimeline | null;
@@ -320,10 +338,15 @@ export const SCHEMA = {
       "matching": "int",
       "total": "int"
     },
+    "Splice": {
+      "at": "int",
+      "remove": "int",
+      "insert": "list[str]"
+    },
     "WindowDelta": {
       "upsert": "list[Row]",
       "remove": "list[str]",
-      "order": "list[str]?",
+      "splices": "list[Splice]",
       "matching": "int",
       "total": "int"
     },
@@ -380,6 +403,17 @@ export const SCHEMA = {
     "MissingEngine": {
       "engine": "int",
       "reason": "str"
+    },
+    "HeaderChanges": {
+      "torch_imported": "bool?",
+      "message": "str?",
+      "bars": "list[DeviceBar]?",
+      "totals_note": "str?",
+      "device_notes": "list[str]?",
+      "warnings": "list[str]?",
+      "targets": "list[Target]?",
+      "target": "str?",
+      "buttons": "Buttons?"
     }
   },
   "messages": {
@@ -397,7 +431,7 @@ export const SCHEMA = {
       "from": "kernel",
       "fields": {
         "base": "int",
-        "header": "Header?",
+        "header": "HeaderChanges?",
         "window": "WindowDelta",
         "last_action": "Outcome?",
         "timeline": "Timeline?"

@@ -4,7 +4,15 @@
  * replays a sequence the kernel generated and compares with its fresh window).
  */
 
-import { IDeltaMessage, IHeader, IOutcome, IRow, IViewMessage, IWindowSpec } from './protocol';
+import {
+  IDeltaMessage,
+  IHeader,
+  IOutcome,
+  IRow,
+  ISplice,
+  IViewMessage,
+  IWindowSpec
+} from './protocol';
 
 export interface IMirror {
   seq: number;
@@ -49,14 +57,15 @@ export function applyDelta(mirror: IMirror, delta: IDeltaMessage): IMirror | nul
   for (const row of delta.window.upsert) {
     rows.set(row.key, row);
   }
-  const order = delta.window.order ?? mirror.order;
+  const order = applySplices(mirror.order, delta.window.splices);
   if (!order.every(key => rows.has(key))) {
     return null;
   }
   return {
     ...mirror,
     seq: delta.seq,
-    header: delta.header ?? mirror.header,
+    // only the fields that changed come (absent: unchanged); the cast says so to the types
+    header: delta.header ? ({ ...mirror.header, ...delta.header } as IHeader) : mirror.header,
     // a move or undo made since the last message, here or elsewhere (the fix button,
     // %%devicecheck --to, the widget table); null: none since
     lastAction: delta.last_action ?? mirror.lastAction,
@@ -65,6 +74,18 @@ export function applyDelta(mirror: IMirror, delta: IDeltaMessage): IMirror | nul
     matching: delta.window.matching,
     total: delta.window.total
   };
+}
+
+/** The key order after `splices`, each applied to the result of the one before. */
+export function applySplices(order: string[], splices: ISplice[]): string[] {
+  if (splices.length === 0) {
+    return order;
+  }
+  const keys = [...order];
+  for (const splice of splices) {
+    keys.splice(splice.at, splice.remove, ...splice.insert);
+  }
+  return keys;
 }
 
 export function orderedRows(mirror: IMirror): IRow[] {

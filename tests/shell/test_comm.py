@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from torchdevice_magic import protocol
 from torchdevice_magic.shell import get_session
-from torchdevice_magic.viewmodel import Target
+from torchdevice_magic.viewmodel import Target, apply_splices
 
 
 class FakeComm:
@@ -97,15 +97,16 @@ class Mirror:
             self.matching, self.total = window["matching"], window["total"]
         elif message["type"] == "delta":
             assert message["base"] == self.seq, "a delta applies to the message before it"
-            if message["header"] is not None:
-                self.header = message["header"]
+            if message["header"] is not None:  # the fields that changed
+                self.header = {**self.header, **message["header"]}
             window = message["window"]
             for key in window["remove"]:
                 self.rows.pop(key, None)
             for row in window["upsert"]:
                 self.rows[row["key"]] = row
-            if window["order"] is not None:
-                self.order = window["order"]
+            self.order = apply_splices(
+                self.order, [(s["at"], s["remove"], s["insert"]) for s in window["splices"]]
+            )
             self.matching, self.total = window["matching"], window["total"]
         self.seq = message["seq"]
 
@@ -323,6 +324,33 @@ def test_cells_push_deltas_and_nothing_when_nothing_changed(channel, shell):
     fake.close()
     shell.run_cell("z = torch.zeros(5)")
     assert fake.sent == []  # closed comms get nothing
+
+
+def test_a_cells_delta_carries_only_what_changed(channel, shell):
+    """At 2,000 objects a cell costs its own rows: the key order travels as the splices that
+    moved a row in or out (never the window's every key again), the header as the fields
+    that changed (the totals' bars, not the targets and buttons); the sidebar's copy still
+    equals a fresh window and header."""
+    _, fake = channel
+    shell.run_cell("many = [None]\nfor i in range(300):\n    globals()[f'm{i}'] = torch.zeros(2)")
+    fake.request({"type": "refresh", "request_id": "r"})
+    mirror = Mirror()
+    for message in fake.sent:
+        mirror.apply(message)
+    for size in (4096, 2, 8192):
+        fake.sent.clear()
+        shell.run_cell(f"m7 = torch.zeros({size})", store_history=True)
+        [delta] = fake.sent
+        mirror.apply(delta)
+        splices = delta["window"]["splices"]
+        assert splices and sum(len(s["insert"]) for s in splices) <= 2, splices
+        assert set(delta["header"]) == {"bars"}, delta["header"]
+    fake.sent.clear()
+    fake.request({"type": "refresh", "request_id": "r2"})
+    fresh = fake.sent[-1]
+    assert [r["key"] for r in fresh["window"]["rows"]] == mirror.order
+    assert {r["key"]: r for r in fresh["window"]["rows"]} == mirror.rows
+    assert fresh["header"] == mirror.header
 
 
 def test_a_move_made_outside_the_sidebar_reaches_it_in_the_delta(channel, shell):

@@ -268,7 +268,10 @@ class SidebarChannel:
                 outgoing[comm_id] = self._view(subscriber)
                 continue
             wire = header.to_wire()
-            changed_header = wire != subscriber.header
+            shown = subscriber.header or {}
+            # the sidebar keeps the header it has: a cell sends the fields that changed (the
+            # totals' bars, usually), not the targets and buttons again
+            changed_header = {key: value for key, value in wire.items() if shown.get(key) != value}
             if delta is None and not changed_header and not acted:
                 continue
             subscriber.header = wire
@@ -277,12 +280,12 @@ class SidebarChannel:
             if delta is None:
                 from ..viewmodel import Delta
 
-                delta = Delta((), (), None, live.matching, live.total)
+                delta = Delta((), (), (), live.matching, live.total)
             outgoing[comm_id] = protocol.envelope(
                 "delta",
                 seq=subscriber.seq,
                 base=base,
-                header=wire if changed_header else None,
+                header=changed_header or None,
                 window=delta.to_wire(),
                 last_action=app.last_action if acted else None,
                 timeline=None,

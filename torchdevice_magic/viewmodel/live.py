@@ -15,7 +15,7 @@ from ..records import NO_COLUMNS, ColumnRows
 from ..units import collector_paused, device_sort_key
 from .header import Tally
 from .rows import Row, make_row, natural_first, natural_key, root_devices_of, sort_key
-from .windows import Delta, Window, WindowSpec, diff_windows, filter_words, matches
+from .windows import Delta, Splice, Window, WindowSpec, diff_windows, filter_words, matches
 
 # -- a window kept up to date ---------------------------------------------------------------
 
@@ -272,10 +272,11 @@ class LiveWindow:
         if not shown:
             return window, None
         if names == before:
-            return window, Delta(tuple(upsert), (), None, window.matching, window.total)
+            return window, Delta(tuple(upsert), (), (), window.matching, window.total)
         kept = set(names)
         remove = tuple(name for name in before if name not in kept)
-        return window, Delta(tuple(upsert), remove, tuple(names), window.matching, window.total)
+        splices = ((0, len(before), tuple(names)),)
+        return window, Delta(tuple(upsert), remove, splices, window.matching, window.total)
 
     def _view_names(self, start: int, stop: int) -> list[str]:
         """The names at ``start:stop`` of the view's order (the head, reversed if asked)."""
@@ -301,6 +302,7 @@ class LiveWindow:
         before = self._page
         page = before.copy()
         present: dict[str, bool] = {}  # names that entered (True) or left (False) the page
+        splices: list[Splice] = []  # the same edits, for the sidebar's copy of the order
         for index, name in edits:
             if index < start:
                 return None
@@ -309,14 +311,19 @@ class LiveWindow:
                 continue  # past what the page holds: the refill below reads it from the head
             if name is None:
                 present[page.pop(position)] = False
+                splices.append((position, 1, ()))
             else:
                 page.insert(position, name)
                 present[name] = True
+                splices.append((position, 0, (name,)))
         if len(page) > limit:
             present.update(dict.fromkeys(page[limit:], False))
+            splices.append((limit, len(page) - limit, ()))
             del page[limit:]
         elif len(page) < limit:
             more = self._view_names(start + len(page), start + limit)
+            if more:
+                splices.append((len(page), 0, tuple(more)))
             page += more
             present.update(dict.fromkeys(more, True))
         made, rows = self._made_from, self._rows
@@ -337,12 +344,11 @@ class LiveWindow:
             del made[name]
         self._page = page
         self._window = None
-        order = tuple(page) if page != before else None
         remove = tuple(sorted(left, key=before.index))
         return Delta(
             tuple(row for _, row in sorted(upsert, key=_first)),
             remove,
-            order,
+            tuple(splices) if page != before else (),  # (edits that cancel out: none)
             self._matching,
             self._total,
         )

@@ -80,25 +80,35 @@ def window(records: Sequence[Any], spec: WindowSpec, target: str | None) -> Wind
 # -- deltas --------------------------------------------------------------------------------
 
 
+#: one edit of a window's key order: at ``at``, take ``remove`` keys out and put ``insert`` in
+#: (``Array.prototype.splice`` in the sidebar)
+Splice = tuple[int, int, tuple[str, ...]]
+
+
 @dataclass(frozen=True, slots=True)
 class Delta:
-    """What changed in a window: rows by key (new or changed), keys removed, the new order."""
+    """What changed in a window: rows by key (new or changed), keys removed, and the edits
+    that turn the old key order into the new one (none: the order did not change). A cell
+    moves a row or two in or out of the window: a few splices, not the window's every key."""
 
     upsert: tuple[Row, ...]
     remove: tuple[str, ...]
-    order: tuple[str, ...] | None  # None: the order of keys did not change
+    splices: tuple[Splice, ...]
     matching: int
     total: int
 
     @property
     def empty(self) -> bool:
-        return not self.upsert and not self.remove and self.order is None
+        return not self.upsert and not self.remove and not self.splices
 
     def to_wire(self) -> dict[str, Any]:
         return {
             "upsert": [row.to_wire() for row in self.upsert],
             "remove": list(self.remove),
-            "order": list(self.order) if self.order is not None else None,
+            "splices": [
+                {"at": at, "remove": count, "insert": list(keys)}
+                for at, count, keys in self.splices
+            ],
             "matching": self.matching,
             "total": self.total,
         }
@@ -113,18 +123,27 @@ def diff_windows(before: Window, after: Window) -> Delta:
     keys = tuple(row.key for row in after.rows)
     kept = set(keys)
     remove = tuple(key for key in old if key not in kept)
-    order = keys if keys != tuple(row.key for row in before.rows) else None
-    return Delta(upsert, remove, order, after.matching, after.total)
+    before_keys = tuple(row.key for row in before.rows)
+    splices = ((0, len(before_keys), keys),) if keys != before_keys else ()
+    return Delta(upsert, remove, splices, after.matching, after.total)
+
+
+def apply_splices(keys: list[str], splices: Sequence[Splice]) -> list[str]:
+    """The key order after ``splices``, each applied to the result of the one before."""
+    keys = list(keys)
+    for at, count, inserted in splices:
+        keys[at : at + count] = inserted
+    return keys
 
 
 def apply_delta(before: Window, delta: Delta) -> Window:
-    """What the sidebar does with a delta (mirrored in labextension/src/connection.ts)."""
+    """What the sidebar does with a delta (mirrored in labextension/src/window.ts)."""
     rows = {row.key: row for row in before.rows}
     for key in delta.remove:
         rows.pop(key, None)
     for row in delta.upsert:
         rows[row.key] = row
-    order = delta.order if delta.order is not None else tuple(row.key for row in before.rows)
+    order = apply_splices([row.key for row in before.rows], delta.splices)
     return Window(before.spec, tuple(rows[key] for key in order), delta.matching, delta.total)
 
 

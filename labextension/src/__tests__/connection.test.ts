@@ -177,7 +177,7 @@ describe('states', () => {
 
     const comm = kernel.openCommFromKernel({});
     // It asks for a snapshot on the new comm.
-    expect(comm.sent[0]).toMatchObject({ type: 'refresh', version: 3 });
+    expect(comm.sent[0]).toMatchObject({ type: 'refresh', version: 4 });
     comm.receive(loadFixture('basic'));
     expect(panel.node.dataset.state).toBe('ready');
     expect(rowNames(panel)).toHaveLength(loadFixture('basic').window.rows.length);
@@ -313,7 +313,7 @@ describe('states', () => {
     const h = await harness();
     h.comm.receive({
       protocol: 'torchdevice_magic',
-      version: 3,
+      version: 4,
       type: 'reply',
       seq: 2,
       request_id: 'x',
@@ -323,7 +323,7 @@ describe('states', () => {
     });
     h.comm.receive({
       protocol: 'torchdevice_magic',
-      version: 3,
+      version: 4,
       type: 'unloaded',
       seq: 3,
       message: 'torchdevice_magic was unloaded from this kernel'
@@ -339,7 +339,7 @@ describe('states', () => {
     const h = await harness();
     h.comm.receive({
       protocol: 'torchdevice_magic',
-      version: 3,
+      version: 4,
       type: 'reply',
       seq: 2,
       request_id: 'x',
@@ -362,7 +362,7 @@ describe('extension points for other message types', () => {
     });
     h.comm.receive({
       protocol: 'torchdevice_magic',
-      version: 3,
+      version: 4,
       type: 'unloaded',
       seq: 9,
       message: 'gone'
@@ -374,7 +374,7 @@ describe('extension points for other message types', () => {
     expect(h2.comm.sent[h2.comm.sent.length - 1]).toMatchObject({
       type: 'refresh',
       request_id: id,
-      version: 3
+      version: 4
     });
   });
 });
@@ -384,7 +384,7 @@ describe('sequence', () => {
     const h = await harness();
     const seq = loadFixture('basic').seq;
     const status = (): string => q(h.panel.node, '.jp-TorchDevices-status').textContent ?? '';
-    const window = { upsert: [], remove: [], order: null, matching: 7, total: 7 };
+    const window = { upsert: [], remove: [], splices: [], matching: 7, total: 7 };
     const moved = {
       action: 'move',
       ok: true,
@@ -394,7 +394,7 @@ describe('sequence', () => {
     };
     h.comm.receive({
       protocol: 'torchdevice_magic',
-      version: 3,
+      version: 4,
       type: 'delta',
       seq: seq + 1,
       base: seq,
@@ -406,7 +406,7 @@ describe('sequence', () => {
     // the re-run cell's delta has no news: the line keeps naming the move
     h.comm.receive({
       protocol: 'torchdevice_magic',
-      version: 3,
+      version: 4,
       type: 'delta',
       seq: seq + 2,
       base: seq + 1,
@@ -422,7 +422,7 @@ describe('sequence', () => {
     const seq = loadFixture('basic').seq;
     h.comm.receive({
       protocol: 'torchdevice_magic',
-      version: 3,
+      version: 4,
       type: 'rerun',
       seq: seq + 1,
       cell_id: 'c-1'
@@ -430,7 +430,7 @@ describe('sequence', () => {
     const sentBefore = h.comm.sent.length;
     h.comm.receive({
       protocol: 'torchdevice_magic',
-      version: 3,
+      version: 4,
       type: 'delta',
       seq: seq + 2,
       base: seq + 1,
@@ -438,9 +438,13 @@ describe('sequence', () => {
       window: {
         upsert: [],
         remove: ['y'],
-        order: loadFixture('basic')
-          .window.rows.map(r => r.key)
-          .filter(k => k !== 'y'),
+        splices: [
+          {
+            at: loadFixture('basic').window.rows.findIndex(r => r.key === 'y'),
+            remove: 1,
+            insert: []
+          }
+        ],
         matching: 6,
         total: 6
       }

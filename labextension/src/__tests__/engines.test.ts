@@ -10,7 +10,7 @@ import { connectedPanel, IHarness, loadFixture, q } from './fakes';
 function enginesMessage(change: Partial<IEnginesMessage> = {}): IEnginesMessage {
   return {
     protocol: 'torchdevice_magic',
-    version: 3,
+    version: 4,
     type: 'engines',
     seq: 5,
     request_id: 'tdm-x-1',
@@ -50,7 +50,7 @@ function enginesMessage(change: Partial<IEnginesMessage> = {}): IEnginesMessage 
 function reachable(h: IHarness, available: boolean): void {
   h.comm.receive({
     protocol: 'torchdevice_magic',
-    version: 3,
+    version: 4,
     type: 'engines_reachable',
     seq: 4,
     available

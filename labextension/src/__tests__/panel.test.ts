@@ -50,16 +50,16 @@ function lastRequest(h: IHarness): Record<string, unknown> {
 function delta(
   base: number,
   fields: Partial<IDeltaMessage['window']>,
-  header = null
+  header: IDeltaMessage['header'] = null
 ): IDeltaMessage {
   return {
     protocol: 'torchdevice_magic',
-    version: 3,
+    version: 4,
     type: 'delta',
     seq: base + 1,
     base,
     header,
-    window: { upsert: [], remove: [], order: null, matching: 7, total: 7, ...fields },
+    window: { upsert: [], remove: [], splices: [], matching: 7, total: 7, ...fields },
     last_action: null,
     timeline: null
   };
@@ -139,9 +139,26 @@ describe('rows', () => {
     expect(cell(h.panel, 'x', 'device').textContent).toBe('meta');
     expect(q(h.panel.node, 'tr[data-name="model"]')).toBe(keptRow);
     h.comm.receive(
-      delta(seq + 1, { remove: ['y'], order: rowNames(h.panel).filter(n => n !== 'y') })
+      delta(seq + 1, {
+        remove: ['y'],
+        splices: [{ at: rowNames(h.panel).indexOf('y'), remove: 1, insert: [] }]
+      })
     );
     expect(rowNames(h.panel)).not.toContain('y');
+  });
+
+  it("a delta's header brings only the fields that changed; the others stay", async () => {
+    const h = await harness();
+    const basic = loadFixture('basic');
+    const moveAll = q<HTMLButtonElement>(h.panel.node, 'button.jp-TorchDevices-moveAll');
+    const reason = moveAll.title;
+    const bar = { device: 'cpu', bytes: 2048, text: '2.0 KiB', fraction: 1 };
+    const changes = { bars: [bar] } as unknown as IDeltaMessage['header'];
+    h.comm.receive(delta(basic.seq, {}, changes));
+    const sizes = [...h.panel.node.querySelectorAll('.jp-TorchDevices-totalSize')];
+    expect(sizes.map(node => node.textContent)).toEqual(['2.0 KiB']);
+    expect(moveAll.title).toBe(reason); // the buttons came with the view, not again
+    expect(text(h.panel, '.jp-TorchDevices-totalsNote')).toBe(basic.header.totals_note);
   });
 
   it('row buttons kept through a move come back once its reply has come', async () => {
@@ -159,7 +176,7 @@ describe('rows', () => {
     h.comm.receive(delta(basic.seq, { upsert: [{ ...x, device: 'meta' }] }));
     h.comm.receive({
       protocol: 'torchdevice_magic',
-      version: 3,
+      version: 4,
       type: 'reply',
       seq: basic.seq + 2,
       request_id: request.request_id,
@@ -243,7 +260,7 @@ describe('the status line', () => {
     const request = lastRequest(h);
     h.comm.receive({
       protocol: 'torchdevice_magic',
-      version: 3,
+      version: 4,
       type: 'reply',
       seq: 2,
       request_id: request.request_id,
@@ -272,7 +289,7 @@ describe('the status line', () => {
       'optimizer (optimizer state is already with its parameters)';
     h.comm.receive({
       protocol: 'torchdevice_magic',
-      version: 3,
+      version: 4,
       type: 'reply',
       seq: 2,
       request_id: request.request_id,

@@ -7,8 +7,8 @@ import { messageProblem } from '../validate';
 import { fixtureNames, loadFixture } from './fakes';
 
 describe('schema', () => {
-  it('is version 3 and lists every message type', () => {
-    expect(PROTOCOL_VERSION).toBe(3);
+  it('is version 4 and lists every message type', () => {
+    expect(PROTOCOL_VERSION).toBe(4);
     expect(Object.keys(SCHEMA.messages).sort()).toEqual(
       [
         'delta',

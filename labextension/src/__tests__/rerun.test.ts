@@ -23,7 +23,7 @@ describe('rerun', () => {
     const before = h.connection.view;
     h.comm.receive({
       protocol: 'torchdevice_magic',
-      version: 3,
+      version: 4,
       type: 'rerun',
       seq: 9,
       cell_id: 'c-42'

@@ -52,7 +52,7 @@ const message = (
   follows: number | null = null
 ): ITimelineMessage => ({
   protocol: 'torchdevice_magic',
-  version: 3,
+  version: 4,
   type: 'timeline',
   seq,
   rows,
@@ -206,7 +206,7 @@ describe('the panel', () => {
     const whole = kernelTimeline();
     const delta = (seq: number, timeline: object | null, remove: string[] = []): object => ({
       protocol: 'torchdevice_magic',
-      version: 3,
+      version: 4,
       type: 'delta',
       seq,
       base: seq - 1,
@@ -214,7 +214,13 @@ describe('the panel', () => {
       window: {
         upsert: [],
         remove,
-        order: view.window.rows.map(r => r.key).filter(k => !remove.includes(k)),
+        splices: [
+          {
+            at: 0,
+            remove: view.window.rows.length,
+            insert: view.window.rows.map(r => r.key).filter(k => !remove.includes(k))
+          }
+        ],
         matching: view.window.matching - remove.length,
         total: view.window.total - remove.length
       },
