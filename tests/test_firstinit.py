@@ -256,6 +256,33 @@ def test_the_fork_advice_is_shown_once_above_the_traceback(
     assert "notebook_launcher" in seen[1][1]
 
 
+def test_the_fork_advice_for_a_scripts_error_leaves_a_capture(
+    ip: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """%run shows a script's error itself (no exception handler sees it): the advice comes after
+    the cell, and under %%capture it goes where the outermost cell shows its output."""
+    from IPython.utils.capture import capture_output
+
+    from torchdevice_magic.shell import load
+
+    StandIn(monkeypatch)
+    session = load(ip)
+    monkeypatch.setattr(session.app, "first_init", FirstInit())
+    session.app.first_init.start()
+    script = tmp_path / "launch.py"
+    text = _accelerate_fork_error(RuntimeError("Cannot re-initialize CUDA"))
+    script.write_text(f"raise RuntimeError({str(text)!r})\n")
+    with capture_output() as outer:
+        ip.run_cell("import torch\ntorch.cuda._lazy_init()", store_history=True)
+        cell = ip.execution_count - 1
+        ip.run_cell(f"%%capture inner\n%run {script}", store_history=True)
+    shown = [o.data.get("text/plain", "") for o in outer.outputs]
+    advice = f"torchdevice_magic: CUDA was first initialised by cell [{cell}]"
+    assert any(text.startswith(advice) for text in shown), shown
+    captured = ip.user_ns["inner"]
+    assert not any(advice in o.data.get("text/plain", "") for o in captured.outputs)
+
+
 @pytest.mark.skipif(HAS_CUDA, reason="CUDA is initialised by other tests in this process")
 def test_loading_wraps_torchs_lazy_init_and_unloading_puts_it_back(ip: Any) -> None:
     holders = (torch.cuda, torch.cuda.memory, torch.cuda.random)

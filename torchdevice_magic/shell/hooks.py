@@ -161,8 +161,9 @@ class DeviceSession:
             and self.show_oom(error) is None
         ):
             advice = app.explain_fork_error(error)  # notebook_launcher / fork after CUDA init
-            if advice is not None:
-                self.publish({"text/plain": f"torchdevice_magic: {advice}"})
+            if advice is not None:  # (an error a magic showed itself: %run's)
+                with self.outermost_output():
+                    self.publish({"text/plain": f"torchdevice_magic: {advice}"})
         # a failed cell's error is explained; %%devicecheck explains meta mixes itself
         told_elsewhere = getattr(result, "error_in_exec", None) is not None or bool(
             self.suppress_auto_diagnosis
