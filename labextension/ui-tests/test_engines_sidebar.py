@@ -9,9 +9,8 @@ section away again. The cluster is stopped at the end, whatever happened.
 
 from __future__ import annotations
 
-import re
-
 import pytest
+from labpage import run_cell
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="the playwright package is not installed"
@@ -19,7 +18,6 @@ expect = pytest.importorskip(
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
-CELLS = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell"
 PANEL = "#torchdevice-magic-panel"
 TAB = 'li[data-id="torchdevice-magic-panel"]'
 SECTION = f"{PANEL} .jp-TorchDevices-engines"
@@ -38,35 +36,18 @@ START = (
 )
 
 
-def run_cell(page, code: str):
-    """Type ``code`` into the last cell, Shift+Enter, wait until its prompt shows a count."""
-    cells = page.locator(CELLS)
-    cell = cells.nth(cells.count() - 1)
-    editor = cell.locator(".cm-content")
-    editor.click()
-    page.keyboard.press("ControlOrMeta+a")
-    page.keyboard.press("Delete")
-    page.keyboard.insert_text(code)
-    expect(editor).to_have_text(code.replace("\n", ""), timeout=10_000)
-    page.keyboard.press("Shift+Enter")
-    expect(cell.locator(".jp-InputPrompt")).to_have_text(
-        re.compile(r"\[\d+\]"), timeout=CELL_TIMEOUT
-    )
-    return cell
-
-
 def engine_row(engine: int, device: str) -> str:
     return f'{SECTION} tr.jp-TorchDevices-engines-row[data-engine="{engine}"]:has-text("{device}")'
 
 
 def test_gather_shows_engines_and_expands_one(lab) -> None:
     page = lab.page
-    run_cell(page, "%load_ext torchdevice_magic")
+    run_cell(page, "%load_ext torchdevice_magic", CELL_TIMEOUT)
     if not page.locator(PANEL).is_visible():
         page.click(TAB)
     expect(page.locator(PANEL)).to_have_attribute("data-state", "ready")
     expect(page.locator(SECTION)).to_be_hidden()  # no client yet: nothing to gather
-    started = run_cell(page, START)
+    started = run_cell(page, START, CELL_TIMEOUT)
     try:
         expect(started.locator(".jp-OutputArea")).to_contain_text("engines up: [0, 1]")
         if not page.locator(PANEL).is_visible():
@@ -101,7 +82,7 @@ def test_gather_shows_engines_and_expands_one(lab) -> None:
         expect(
             page.locator(f'{SECTION} tr.jp-TorchDevices-engines-object[data-engine="0"]')
         ).to_have_count(0)
-        run_cell(page, "rc.close()")
+        run_cell(page, "rc.close()", CELL_TIMEOUT)
         expect(page.locator(SECTION)).to_be_hidden(timeout=30_000)
     finally:
-        run_cell(page, "rc.close()\ncluster.stop_cluster_sync()")
+        run_cell(page, "rc.close()\ncluster.stop_cluster_sync()", CELL_TIMEOUT)

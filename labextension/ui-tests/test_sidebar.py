@@ -20,6 +20,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from labpage import set_sidebar_width
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="the playwright package is not installed"
@@ -380,23 +381,6 @@ def test_devices_widget_screenshot(lab):
         page.mouse.move(0, 0)
         output.screenshot(path=str(path))
     open_sidebar(page)
-
-
-def set_sidebar_width(page, width: int) -> float:
-    """Drag the right sidebar's edge until the Devices panel is about `width` px wide."""
-    panel = page.locator(PANEL)
-    box = panel.bounding_box()
-    assert box is not None
-    handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle:not(.lm-mod-hidden)").last
-    hbox = handle.bounding_box()
-    assert hbox is not None, "no split handle next to the right sidebar"
-    x, y = hbox["x"] + hbox["width"] / 2, hbox["y"] + hbox["height"] / 2
-    page.mouse.move(x, y)
-    page.mouse.down()
-    page.mouse.move(x - (width - box["width"]), y, steps=8)
-    page.mouse.up()
-    page.wait_for_timeout(300)
-    return panel.bounding_box()["width"]
 
 
 # For every visible cell of the given columns: is its text cut (scrollWidth > clientWidth), or

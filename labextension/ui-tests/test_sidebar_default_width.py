@@ -9,10 +9,10 @@ having one). ``TDM_SHOTS=<folder>`` also writes the panel's screenshot there.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import pytest
+from labpage import run_cell, set_sidebar_width
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="the playwright package is not installed"
@@ -22,10 +22,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
 TAB = 'li[data-id="torchdevice-magic-panel"]'
 PANEL = "#torchdevice-magic-panel"
-CELLS = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell"
 TARGET = "select.jp-TorchDevices-target"
 ENGINES = f"{PANEL} .jp-TorchDevices-engines"
-CELL_TIMEOUT = 60_000
 DEFAULT_WIDTH = 250  # JupyterLab's right sidebar when first opened
 WIDTHS = (DEFAULT_WIDTH, 340, 420, 640)  # each side of the container queries in base.css
 
@@ -38,39 +36,6 @@ SETUP = (
     "net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))\n"
     "net[1].to('meta');"
 )
-
-
-def run_cell(page, code: str):
-    """Type ``code`` into the last cell, Shift+Enter, wait until its prompt shows a count."""
-    cells = page.locator(CELLS)
-    cell = cells.nth(cells.count() - 1)
-    editor = cell.locator(".cm-content")
-    editor.click()
-    page.keyboard.press("ControlOrMeta+a")
-    page.keyboard.press("Delete")
-    page.keyboard.insert_text(code)
-    expect(editor).to_have_text(code.replace("\n", ""), timeout=10_000)
-    page.keyboard.press("Shift+Enter")
-    expect(cell.locator(".jp-InputPrompt")).to_have_text(
-        re.compile(r"\[\d+\]"), timeout=CELL_TIMEOUT
-    )
-    return cell
-
-
-def set_sidebar_width(page, width: int) -> float:
-    """Drag the right sidebar's edge until the Devices panel is about ``width`` px wide."""
-    panel = page.locator(PANEL)
-    box = panel.bounding_box()
-    handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle:not(.lm-mod-hidden)").last
-    hbox = handle.bounding_box()
-    assert box is not None and hbox is not None, "no split handle next to the right sidebar"
-    x, y = hbox["x"] + hbox["width"] / 2, hbox["y"] + hbox["height"] / 2
-    page.mouse.move(x, y)
-    page.mouse.down()
-    page.mouse.move(x - (width - box["width"]), y, steps=8)
-    page.mouse.up()
-    page.wait_for_timeout(300)
-    return panel.bounding_box()["width"]
 
 
 # Every row: its device chip and move button as drawn (display, box inside the panel, text cut),

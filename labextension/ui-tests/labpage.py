@@ -1,0 +1,47 @@
+"""What the browser tests do to JupyterLab's page more than once: run a cell as a user types
+it, and drag the right sidebar to a width."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+expect = pytest.importorskip(
+    "playwright.sync_api", reason="the playwright package is not installed"
+).expect
+
+CELLS = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell"
+PANEL = "#torchdevice-magic-panel"
+
+
+def run_cell(page: Any, code: str, timeout: int = 60_000) -> Any:
+    """Type ``code`` into the last cell, Shift+Enter, wait until its prompt shows a count."""
+    cells = page.locator(CELLS)
+    cell = cells.nth(cells.count() - 1)
+    editor = cell.locator(".cm-content")
+    editor.click()
+    page.keyboard.press("ControlOrMeta+a")
+    page.keyboard.press("Delete")
+    page.keyboard.insert_text(code)
+    expect(editor).to_have_text(code.replace("\n", ""), timeout=10_000)
+    page.keyboard.press("Shift+Enter")
+    expect(cell.locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\d+\]"), timeout=timeout)
+    return cell
+
+
+def set_sidebar_width(page: Any, width: int) -> float:
+    """Drag the right sidebar's edge until the Devices panel is about ``width`` px wide."""
+    panel = page.locator(PANEL)
+    box = panel.bounding_box()
+    handle = page.locator("#jp-main-split-panel > .lm-SplitPanel-handle:not(.lm-mod-hidden)").last
+    hbox = handle.bounding_box()
+    assert box is not None and hbox is not None, "no split handle next to the right sidebar"
+    x, y = hbox["x"] + hbox["width"] / 2, hbox["y"] + hbox["height"] / 2
+    page.mouse.move(x, y)
+    page.mouse.down()
+    page.mouse.move(x - (width - box["width"]), y, steps=8)
+    page.mouse.up()
+    page.wait_for_timeout(300)
+    return float(panel.bounding_box()["width"])
