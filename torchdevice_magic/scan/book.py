@@ -97,9 +97,15 @@ def _names_left(old: list[str], new: list[str]) -> tuple[list[bool], list[str]] 
 
 
 def _name_parts(
-    T: TorchTypes, state: _State, name: str, cache: dict[str, tuple[Any, list[Record]]]
+    T: TorchTypes,
+    state: _State,
+    name: str,
+    cache: dict[str, tuple[Any, list[Record]]],
+    keep: bool = True,
 ) -> tuple[list[Record], Mapping[StorageKey, tuple[str, int]]]:
-    """One top-level name's records (unshared) and storages in ``state``."""
+    """One top-level name's records (unshared) and storages in ``state``; a record built for
+    a plain tensor's facts is found in ``cache`` (built by the cell before, usually) or put
+    there (``keep=False``: an earlier state's, only counted, never kept)."""
     entry = state.entries.get(name)
     if entry is None:
         columns = state.columns
@@ -114,7 +120,9 @@ def _name_parts(
     if type(entry) is _TensorFacts:
         cached = cache.get(name)
         if cached is None or cached[0] is not entry:
-            cached = cache[name] = (entry, [_facts_record(T, name, entry)])
+            cached = (entry, [_facts_record(T, name, entry)])
+            if keep:
+                cache[name] = cached
         return cached[1], _facts_storages(entry)
     return entry.records, entry.storages
 
@@ -231,12 +239,11 @@ class _Book:
         fresh = set(appended)
         changed = [name for name in _changed_names(old, new) if name not in skip]
         cache = inventory._record_cache
-        scratch: dict[str, tuple[Any, list[Record]]] = {}  # old records: only counted
         parts = []
         delta: dict[StorageKey, int] = {}
         reshaped = bool(removed)  # records no longer at their places: build them again
         for name in changed:
-            old_records, old_storages = _name_parts(T, old, name, scratch)
+            old_records, old_storages = _name_parts(T, old, name, cache, keep=False)
             new_records, new_storages = _name_parts(T, new, name, cache)
             if new_storages and not new_records:
                 return False
@@ -248,7 +255,7 @@ class _Book:
                 return False
             parts.append((name, [], new_records, {}, new_storages))
         for name in removed:
-            old_records, old_storages = _name_parts(T, old, name, scratch)
+            old_records, old_storages = _name_parts(T, old, name, cache, keep=False)
             parts.append((name, old_records, [], old_storages, {}))
         for _, _, _, old_storages, new_storages in parts:
             for key in old_storages:
