@@ -137,7 +137,13 @@ class Timeline:
             return [], []
         names = [n for n in dict.fromkeys(names) if not is_ipython_bookkeeping(n)]
         previous = self._previous
-        named = self._update_named(previous, inventory)
+        # the names whose entries are not the very ones the last record saw (O(what changed))
+        changed = (
+            inventory.changed_since(previous)
+            if previous is not None and hasattr(inventory, "changed_since")
+            else None
+        )
+        named = self._update_named(previous, inventory, changed)
         if self._module_ids_changed(namespace, names, first=previous is None):
             # a module was deleted or rebound: its parameters may now be held only by an
             # optimizer, so measure the optimizers again
@@ -156,7 +162,8 @@ class Timeline:
         outside = _by_device({k: v for k, v in extra.items() if k not in named})
         for dev, nbytes in outside.items():
             totals[dev] = totals.get(dev, 0) + nbytes
-        changes, note = self._name_changes(previous, inventory, namespace, names, named)
+        looked_at = set(changed) if changed is not None else None
+        changes, note = self._name_changes(previous, inventory, namespace, names, named, looked_at)
         changes.extend(changed_holders)
         warnings = [line for tracked in self._tracked.values() for line in tracked.warnings()]
         rows = []
@@ -188,18 +195,17 @@ class Timeline:
         del self.rows[: max(0, len(self.rows) - self.limit)]
         return rows, warnings
 
-    def _update_named(self, previous: Inventory | None, inventory: Inventory) -> Keys:
+    def _update_named(
+        self, previous: Inventory | None, inventory: Inventory, changed: list[str] | None
+    ) -> Keys:
         """The storages the named variables hold, each once, and their per-device totals --
         kept up to date from the names whose entries changed since the last cell (the hook's
         rescan reused the others), so a cell costs what it changed, not the namespace."""
         counts = self._counts
-        changed: list[str] = []
-        if previous is not None and counts is not None and hasattr(inventory, "changed_since"):
-            changed = inventory.changed_since(previous)
         if (
             previous is None
             or counts is None
-            or not hasattr(inventory, "changed_since")
+            or changed is None
             # a full scan in between (a move, %devices...) changes every name: counting the
             # whole namespace column-wise beats updating it name by name
             or len(changed) > RECOUNT_ABOVE
@@ -258,15 +264,19 @@ class Timeline:
         namespace: Any,
         names: list[str],
         named: Keys,
+        changed: set[str] | None = None,
     ) -> tuple[list[tuple[str, str, int]], dict[str, str]]:
         """(name, device, bytes it grew) for the names the cell touched (deleting one touches
         it); and a note per device when a deleted or rebound name's storages stay alive under
-        another name (the timeline then remembers them: ``forgotten``)."""
+        another name (the timeline then remembers them: ``forgotten``). ``changed``: the names
+        whose entries changed since ``previous`` (the others hold the very storages they held)."""
         if previous is None:
             return [], {}
         changes: list[tuple[str, str, int]] = []
         notes: dict[str, str] = {}
         for name in names:
+            if changed is not None and name not in changed:
+                continue
             old_keys = _root_keys(previous, name)
             new_keys = _root_keys(inventory, name)
             old, new = _by_device(old_keys), _by_device(new_keys)
