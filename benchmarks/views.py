@@ -320,9 +320,34 @@ def main() -> None:
           " 2,000, <= 20 ms at 100,000, <= 16 kB per cell, open <= 300 ms at 100,000")  # fmt: skip
     print(HEADER)
     started = time.perf_counter()
+    rows: list[dict[str, Any]] = []
     for path in args.paths:
-        (staged if path == "staged" else one_go)(args.sizes, args.cells)
+        rows += (staged if path == "staged" else one_go)(args.sizes, args.cells)
     print(f"({time.perf_counter() - started:.0f} s)")
+    print_summary(rows)
+
+
+#: added per cell: the target at each size this script measures
+CELL_TARGET_MS = {2_000: 2.0, 100_000: 20.0}
+
+
+def print_summary(rows: list[dict[str, Any]]) -> None:
+    """Per size: the range of the path figures and how many meet the target (every path must)."""
+    for size in sorted({row["n"] for row in rows}):
+        at = [row for row in rows if row["n"] == size]
+        added = sorted(row["added_ms"] for row in at)
+        target = CELL_TARGET_MS.get(size)
+        met = (
+            f", {sum(a <= target for a in added)} of {len(added)} <= {target:g} ms"
+            if target
+            else ""
+        )
+        opened = sorted(row["open_ms"] for row in at)
+        print(
+            f"N = {size:,}: added {added[0]:.1f} - {added[-1]:.1f} ms{met};"
+            f" sent <= {max(row['sent_kb'] for row in at):.2f} kB per cell;"
+            f" opening {opened[0]:.0f} - {opened[-1]:.0f} ms"
+        )
 
 
 if __name__ == "__main__":
