@@ -158,9 +158,6 @@ class LiveWindow:
     _total: int = 0
     _made_from: dict[str, tuple[Any, Row]] = field(default_factory=dict)  # the page's rows
     _page: list[str] = field(default_factory=list)  # the names the window shows, in order
-    #: what the last :meth:`_apply` did to the head, as (index in the view's order, name
-    #: inserted or None for a row taken out); None: the head was chosen again
-    _edits: list[tuple[int, str | None]] | None = None
     _shown: bool = False  # whether a window was made (the page and its rows are known)
     _window: Window | None = None  # the window as last made, until the page changes
 
@@ -375,10 +372,10 @@ class LiveWindow:
             delta = diff_windows(before, after)
         else:
             self._source = source
-            if not self._apply(source, changes):
+            changed, edits = self._apply(source, changes)
+            if not changed:
                 return None
             self.records_changed = True
-            edits, self._edits = self._edits, None
             cut_delta = self._cut_edits(edits) if edits is not None else None
             if cut_delta is None:
                 _, cut_delta = self._cut()
@@ -388,13 +385,15 @@ class LiveWindow:
             return None
         return delta
 
-    def _apply(self, source: Any, changes: dict[str, tuple[list[Any], list[Any]]]) -> bool:
-        """Move the changed names' records out of and into the head and the counts; whether
-        any record changed."""
+    def _apply(
+        self, source: Any, changes: dict[str, tuple[list[Any], list[Any]]]
+    ) -> tuple[bool, list[tuple[int, str | None]] | None]:
+        """Move the changed names' records out of and into the head and the counts: whether
+        any record changed, and what that did to the head, as (index in the view's order, name
+        inserted or None for a row taken out); None when the head was chosen again."""
         sort, reverse, words = self.spec.sort, self.spec.reverse, self._words
         head, rows, counts = self._head, self._rows, self.counts
         edits: list[tuple[int, str | None]] = []
-        self._edits = edits
         changed = False
         for old, new in changes.values():
             if len(old) == len(new) and all(map(is_, old, new)):
@@ -425,7 +424,7 @@ class LiveWindow:
                     edits.append((len(head) - 1 - index if reverse else index, record.name))
                     rows[record.name] = record
         if not changed:
-            return False
+            return False, edits
         reach = self._reach()
         if len(head) > 2 * reach:  # keep the head short: the rest sorts after it anyway
             cut = slice(0, len(head) - reach) if reverse else slice(reach, len(head))
@@ -439,11 +438,10 @@ class LiveWindow:
             self._complete = False
             if len(head) < min(self._matching, self.spec.offset + self.spec.limit):
                 self._fill(source)  # rows left the head and none is known to follow: look again
-                self._edits = None
-        return True
+                return True, None
+        return True, edits
 
     def retarget(self, target: str | None) -> Window:
         self.target = target
-        self._shown = False
         # (never ``self._source or []``: an Inventory's truth value counts every record)
         return self.reset(self._source if self._source is not None else [], self.spec, target)
