@@ -1,6 +1,6 @@
 """The kernel end of the JupyterLab sidebar's channel: comm target ``torchdevice_magic``.
 
-Protocol v3 (:mod:`.protocol`): opening the comm gets the first window (the 200 biggest rows)
+Protocol v4 (:mod:`.protocol`): opening the comm gets the first window (the 200 biggest rows)
 and the memory chart recorded so far at once; the sidebar asks for other windows (sort,
 filter, page, target); after each cell the kernel sends only what changed in that window and
 in the header (a ``delta``, the memory chart's new rows inside it: one message per cell), and

@@ -160,10 +160,7 @@ class DeviceSession:
             and self.show_diagnosis(error, cell, cell_id=getattr(info, "cell_id", None)) is None
             and self.show_oom(error) is None
         ):
-            advice = app.explain_fork_error(error)  # notebook_launcher / fork after CUDA init
-            if advice is not None:  # (an error a magic showed itself: %run's)
-                with self.outermost_output():
-                    self.publish({"text/plain": f"torchdevice_magic: {advice}"})
+            self._advise_on_fork_error(error)  # an error a magic showed itself: %run's
         # a failed cell's error is explained; %%devicecheck explains meta mixes itself
         told_elsewhere = getattr(result, "error_in_exec", None) is not None or bool(
             self.suppress_auto_diagnosis
@@ -340,7 +337,9 @@ class DeviceSession:
 
     def _advise_on_fork_error(self, error: BaseException) -> None:
         """A notebook_launcher / forked-worker error: which cell first initialised the device,
-        and the fixes, above the traceback (where a user reads first), as a diagnosis is."""
+        and the fixes, above the traceback (where a user reads first), as a diagnosis is; after
+        the cell for an error a magic showed itself (%run's), where the outermost cell shows
+        its output."""
         if not self.config.auto_diagnose or self.suppress_auto_diagnosis:
             return
         try:
