@@ -16,8 +16,8 @@ CELLS = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell"
 PANEL = "#torchdevice-magic-panel"
 
 
-def run_cell(page: Any, code: str, timeout: int = 60_000) -> Any:
-    """Type ``code`` into the last cell, Shift+Enter, wait until its prompt shows a count."""
+def type_into_last_cell(page: Any, code: str) -> Any:
+    """Type ``code`` into the notebook's last cell, as a user would; returns that cell."""
     cells = page.locator(CELLS)
     cell = cells.nth(cells.count() - 1)
     editor = cell.locator(".cm-content")
@@ -26,8 +26,19 @@ def run_cell(page: Any, code: str, timeout: int = 60_000) -> Any:
     page.keyboard.press("Delete")
     page.keyboard.insert_text(code)
     expect(editor).to_have_text(code.replace("\n", ""), timeout=10_000)
-    page.keyboard.press("Shift+Enter")
+    return cell
+
+
+def wait_finished(cell: Any, timeout: int = 60_000) -> None:
+    """The cell's prompt shows its execution count: "[*]:" became "[N]:"."""
     expect(cell.locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\d+\]"), timeout=timeout)
+
+
+def run_cell(page: Any, code: str, timeout: int = 60_000) -> Any:
+    """Type ``code`` into the last cell, Shift+Enter, wait until its prompt shows a count."""
+    cell = type_into_last_cell(page, code)
+    page.keyboard.press("Shift+Enter")
+    wait_finished(cell, timeout)
     return cell
 
 

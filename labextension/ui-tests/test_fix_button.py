@@ -10,9 +10,11 @@ The kernel's second device is the simulated accelerator (torchdevice_magic.testi
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
+from labpage import run_cell as run_in_lab
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="the playwright package is not installed"
@@ -20,7 +22,6 @@ expect = pytest.importorskip(
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
-CELLS = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell"
 PANEL = "#torchdevice-magic-panel"
 TAB = 'li[data-id="torchdevice-magic-panel"]'
 UNDO = "button.jp-TorchDevices-undo"
@@ -28,27 +29,8 @@ STATUS = f"{PANEL} .jp-TorchDevices-status"
 FIX = "button.torchdevice-magic-fix"
 ERROR_OUTPUT = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
 CELL_TIMEOUT = 90_000
-
-
-def last_cell(page):
-    cells = page.locator(CELLS)
-    return cells.nth(cells.count() - 1)
-
-
-def run_cell(page, code: str):
-    """Type ``code`` into the last cell, Shift+Enter, wait until its prompt shows a count."""
-    cell = last_cell(page)
-    editor = cell.locator(".cm-content")
-    editor.click()
-    page.keyboard.press("ControlOrMeta+a")
-    page.keyboard.press("Delete")
-    page.keyboard.insert_text(code)
-    expect(editor).to_have_text(code.replace("\n", ""), timeout=10_000)
-    page.keyboard.press("Shift+Enter")
-    expect(cell.locator(".jp-InputPrompt")).to_have_text(
-        re.compile(r"\[\d+\]"), timeout=CELL_TIMEOUT
-    )
-    return cell
+#: a cell as a user runs it, given this file's time to finish
+run_cell = functools.partial(run_in_lab, timeout=CELL_TIMEOUT)
 
 
 def count(cell) -> int:

@@ -13,6 +13,7 @@ a CI run never dirties the tree; the elements they show are asserted every run.
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import platform
 import re
@@ -20,7 +21,8 @@ import statistics
 from pathlib import Path
 
 import pytest
-from labpage import set_sidebar_width
+from labpage import run_cell as run_in_lab
+from labpage import set_sidebar_width, type_into_last_cell, wait_finished
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="the playwright package is not installed"
@@ -44,6 +46,8 @@ TARGET = "select.jp-TorchDevices-target"
 MOVE_ALL = "button.jp-TorchDevices-moveAll"
 UNDO = "button.jp-TorchDevices-undo"
 CELL_TIMEOUT = 60_000  # ms: a cell (import torch is the slow one: ~2-5 s cold)
+#: a cell as a user runs it, given this file's time to finish
+run_cell = functools.partial(run_in_lab, timeout=CELL_TIMEOUT)
 
 
 def row(name: str) -> str:
@@ -59,34 +63,6 @@ def should_write(path: Path, env: str) -> bool:
 
 
 # ---- driving the notebook -----------------------------------------------------------------
-
-
-def type_into_new_cell(page, code: str):
-    """Type `code` into the last (empty) cell, as a user would. Returns that cell."""
-    cells = page.locator(CELLS)
-    cell = cells.nth(cells.count() - 1)
-    editor = cell.locator(".cm-content")
-    editor.click()
-    page.keyboard.press("ControlOrMeta+a")
-    page.keyboard.press("Delete")
-    page.keyboard.insert_text(code)
-    expect(editor).to_have_text(code.replace("\n", ""), timeout=10_000)
-    return cell
-
-
-def wait_finished(cell) -> None:
-    """The cell's prompt shows its execution count: "[*]:" became "[N]:"."""
-    expect(cell.locator(".jp-InputPrompt")).to_have_text(
-        re.compile(r"\[\d+\]"), timeout=CELL_TIMEOUT
-    )
-
-
-def run_cell(page, code: str):
-    """Type `code` into the notebook's last cell, Shift+Enter, wait for it to finish."""
-    cell = type_into_new_cell(page, code)
-    page.keyboard.press("Shift+Enter")
-    wait_finished(cell)
-    return cell
 
 
 def output_text(cell) -> str:
@@ -602,11 +578,11 @@ def test_sidebar_latency(lab, capsys):
     n = 20
     for i in range(n):
         name = f"y{i}"
-        cell = type_into_new_cell(page, f"{name} = torch.ones({i + 1})")
+        cell = type_into_last_cell(page, f"{name} = torch.ones({i + 1})")
         index = page.locator(CELLS).count() - 1
         page.evaluate(WATCH_JS, [index, name])
         page.keyboard.press("Shift+Enter")
-        wait_finished(cell)
+        wait_finished(cell, CELL_TIMEOUT)
         expect(page.locator(row(name))).to_be_attached()
         page.wait_for_function("window.__tdmLatency.idle !== undefined", timeout=15_000)
         records.append(page.evaluate("window.__tdmLatency"))
