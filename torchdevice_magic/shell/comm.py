@@ -51,6 +51,12 @@ class _Subscriber:
         self.timeline_rows = 0  # timeline rows recorded when it was sent
         self.statuses: dict[str, dict[str, Any]] = {}  # each status's fields it was last told
 
+    def chart_sent(self, seq: int, recorded: int) -> None:
+        """The message numbered ``seq`` carried the memory chart up to ``recorded`` rows: the
+        next one carries only the rows after them."""
+        self.timeline_seq = seq
+        self.timeline_rows = recorded
+
 
 class SidebarChannel:
     """Serves every open sidebar from the controller: views and deltas out, moves, undos and
@@ -197,8 +203,7 @@ class SidebarChannel:
         subscriber.seq += 1
         chart = app.timeline_update() if whole_chart else None
         if chart is not None:
-            subscriber.timeline_seq = subscriber.seq
-            subscriber.timeline_rows = app.timeline.recorded
+            subscriber.chart_sent(subscriber.seq, app.timeline.recorded)
         return protocol.envelope(
             "view",
             seq=subscriber.seq,
@@ -228,8 +233,7 @@ class SidebarChannel:
                     message["timeline"] = update
                 # the sidebar keeps the chart's cells: a cell costs its own rows, never the
                 # history again
-                subscriber.timeline_seq = message["seq"]
-                subscriber.timeline_rows = app.timeline.recorded
+                subscriber.chart_sent(message["seq"], app.timeline.recorded)
             if message is not None:
                 self._send(subscriber, message)
 
