@@ -16,6 +16,7 @@ from tablereading import column, grid_html, is_error, names, status_text
 from torch import nn
 
 from torchdevice_magic.shell.widget import DeviceTable
+from torchdevice_magic.units import format_bytes
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -232,13 +233,14 @@ def test_move_all_to_cuda_and_back(
     table.move_all_button.click()
     assert not is_error(table), status_text(table)
     assert ip.user_ns["v"].device.type == "cuda" and column(table, "v") == "cuda:0"
-    # CUDA is initialised now: its bar is drawn against the device's capacity
+    # CUDA is initialised now: its bar is filled to the share of the device's capacity that
+    # the names hold (a bar of its own size would be full), its figures say of how much
     rows = {box.children[0].value: box.children for box in table.totals.children}
-    bar = rows["<b>cuda:0</b>"][1]
-    assert bar.max == torch.cuda.get_device_properties(0).total_memory
-    assert (
-        " of " in rows["<b>cuda:0</b>"][2].value and "allocated" in rows["<b>cuda:0</b>"][2].value
-    )
+    _name, bar, figures = rows["<b>cuda:0</b>"]
+    capacity = torch.cuda.get_device_properties(0).total_memory
+    held = values.nbytes + sum(p.nbytes for p in ip.user_ns["model"].parameters())
+    assert bar.max == 1.0 and bar.value == pytest.approx(held / capacity)
+    assert f"{format_bytes(held)} of {format_bytes(capacity)} (allocated " in figures.value
     table.undo_button.click()
     assert ip.user_ns["v"].device.type == "cpu" and torch.equal(ip.user_ns["v"], values)
     assert column(table, "v") == "cpu"
