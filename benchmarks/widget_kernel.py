@@ -27,7 +27,7 @@ counted). Printed per size, medians: a plain cell; what each kernel adds to it (
 comm messages and bytes per cell.
 
 Run: ``python benchmarks/widget_kernel.py [--paths staged one-go] [--sizes 2000 100000]
-[--cells 12] [--kernels plain static live sidebar]``.
+[--cells 12] [--kernels plain static live sidebar] [--checkout PATH]``.
 """
 
 from __future__ import annotations
@@ -37,8 +37,10 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
+import views
 from views import SMALL_CELL, STAGE_CELLS, Kernel, grow
 
 KINDS = ("plain", "static", "live", "sidebar")
@@ -163,7 +165,15 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", type=int, default=[2_000, 100_000])
     parser.add_argument("--cells", type=int, default=12, help="small cells per measurement")
     parser.add_argument("--kernels", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument(
+        "--checkout",
+        type=Path,
+        default=views.ROOT,
+        help="the checkout the kernels import torchdevice_magic from (another commit's, for a"
+        " baseline measured the same minutes)",
+    )
     args = parser.parse_args()
+    views.ROOT = args.checkout.resolve()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores; the sidebar's targets:"
           " <= 2 ms added at 2,000, <= 20 ms at 100,000")  # fmt: skip
     print(HEADER)
