@@ -61,9 +61,12 @@ def _wire_size(data: Any) -> int:
 
 @dataclass
 class Kernel:
-    """One kernel over the wire; ``sidebar``: the extension loaded and a comm open."""
+    """One kernel over the wire; ``sidebar``: the extension loaded and a comm open;
+    ``extension`` alone: the extension loaded in a frontend without the sidebar (the comm it
+    announces on load is closed, as JupyterLab closes a comm to a target it does not know)."""
 
     sidebar: bool
+    extension: bool = False
     manager: KernelManager = field(init=False)
     client: Any = field(init=False)
     comm_id: str | None = None
@@ -83,8 +86,11 @@ class Kernel:
         self.client = self.manager.client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=120)
-        if self.sidebar:
+        if self.sidebar or self.extension:
             self.run("%load_ext torchdevice_magic")
+        if self.extension and not self.sidebar and self.comm_id is not None:
+            self._until_idle(self._shell("comm_close", {"comm_id": self.comm_id, "data": {}}))
+            self.comm_id = None
         self.run("import torch\nflip = 0")
         if self.sidebar:
             self.open_sidebar()

@@ -161,6 +161,8 @@ def test_generated_fixtures_cover_what_the_sidebar_must_show(monkeypatch):
     names = {row["name"]: row for row in basic["window"]["rows"]}
     assert "output history" in names["Out[2]"]["status"]
     assert not names["Out[2]"]["selectable"] and not names["Out[2]"]["action"]["enabled"]
+    # only the row the output history alone holds is marked hidden (the sidebar dims it)
+    assert [name for name, row in names.items() if row["hidden"]] == ["Out[2]"]
     assert "Out[3]" not in names  # also reachable as `kept`: not hidden
     assert names["batch[0]"]["root"] == "batch"
     assert any(t["device"] == "cuda" and not t["enabled"] for t in basic["header"]["targets"])

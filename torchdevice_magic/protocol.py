@@ -72,6 +72,9 @@ STRUCTS: dict[str, dict[str, str]] = {
         "selectable": "bool",
         "action": "Action",
         "mixed": "bool?",  # its data spans several devices (a v3 kernel may leave it out)
+        # held only by IPython's output history (Out[2], _): outside the totals, never moved
+        # (a kernel before it may leave it out)
+        "hidden": "bool?",
     },
     "DeviceBar": {"device": "str", "bytes": "int", "text": "str", "fraction": "float"},
     "Target": {"device": "str", "enabled": "bool", "reason": "str"},

@@ -28,6 +28,7 @@ export interface IRow {
   selectable: boolean;
   action: IAction;
   mixed: boolean | null;
+  hidden: boolean | null;
 }
 
 export interface IDeviceBar {
@@ -294,7 +295,8 @@ export const SCHEMA = {
       "status": "str",
       "selectable": "bool",
       "action": "Action",
-      "mixed": "bool?"
+      "mixed": "bool?",
+      "hidden": "bool?"
     },
     "DeviceBar": {
       "device": "str",

@@ -169,6 +169,8 @@ export class RowsTable {
     tr.dataset.kind = row.kind;
     // its data spans several devices ("cpu, meta"): its device text is marked (base.css)
     tr.classList.toggle('jp-mod-mixed', row.mixed === true);
+    // held only by IPython's output history (Out[2], _): dimmed, as it is outside the totals
+    tr.classList.toggle('jp-mod-hidden', row.hidden === true);
     if (row.status) {
       tr.title = row.status;
     }

@@ -101,6 +101,29 @@ def test_devices_shows_the_table_and_returns_a_frame(ip):
     assert int(frame.loc[frame["name"] == "big", "bytes"].iloc[0]) == 4000
 
 
+def test_devices_o_device_column_holds_device_names_only(ip):
+    """``%devices -o`` is for filtering: ``frame[frame.device == "cpu"]`` selects what holds
+    data on the CPU. An optimizer without state has no device there (it holds no data); where
+    its parameters are is ``param_devices`` and the table's words go to ``note``, while the
+    text table still shows ``cpu (params; no state yet)``."""
+    run(
+        ip,
+        "import torch\nnet = torch.nn.Linear(2, 2)\nadam = torch.optim.Adam(net.parameters())\n"
+        "sgd = torch.optim.SGD(net.parameters(), lr=0.1)\nrelu = torch.nn.ReLU()\n"
+        "x = torch.ones(3)",
+    )
+    frame = ip.run_line_magic("devices", "-o")
+    rows = frame.set_index("name")
+    assert sorted(frame[frame.device == "cpu"]["name"]) == ["net", "x"]
+    assert set(frame["device"]) == {"cpu", ""}
+    assert rows.loc["adam", "param_devices"] == "cpu" and rows.loc["adam", "device"] == ""
+    assert rows.loc["adam", "note"].startswith("no state yet")
+    assert rows.loc["sgd", "note"] == "keeps no state (SGD without momentum)"
+    assert rows.loc["relu", "device"] == "" and rows.loc["relu", "param_devices"] == ""
+    _, _, shown = run(ip, "%devices --text")
+    assert "cpu (params; no state yet)" in shown and "cpu (params; no state)" in shown
+
+
 def test_devices_hidden_shows_output_history(ip):
     run(ip, "import torch")
     ip.run_cell("torch.ones(256)", store_history=True)

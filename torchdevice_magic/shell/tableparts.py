@@ -154,15 +154,17 @@ def set_button(button: widgets.Button, action: Action, busy: bool = False) -> No
 
 
 class RowPool:
-    """``size`` row widgets (checkbox | cells | button), made once and re-filled per page,
-    under a header row, in one ``grid``. ``on_check(index, change)`` and
-    ``on_click(index, button)`` get the row's index on the page."""
+    """``size`` row widgets (checkbox | cells | button), made once, under a header row, in one
+    ``grid``. Each slot shows one row (by key) while that row stays on the page, so a row that
+    moves up or down the page is a reordering of the grid, not every slot filled again.
+    ``on_check(key, change)`` and ``on_click(key, button)`` get the key of the row the slot
+    shows."""
 
     def __init__(
         self,
         size: int,
-        on_check: Callable[[int, dict[str, Any]], None],
-        on_click: Callable[[int, Any], None],
+        on_check: Callable[[str, dict[str, Any]], None],
+        on_click: Callable[[str, Any], None],
     ) -> None:
         self.head = (
             widgets.HTML(layout=widgets.Layout(width="28px")),
@@ -170,6 +172,14 @@ class RowPool:
             widgets.HTML(),
         )
         self.slots: list[tuple[widgets.Checkbox, widgets.HTML, widgets.Button]] = []
+        #: the key of the row each slot shows (None: the slot is not on the page)
+        self.keys: list[str | None] = [None] * size
+        #: the columns' widths drawn last (None: fit the next page afresh)
+        self.widths: dict[str, int] | None = None
+        #: what each slot was filled with last, (row, checked, busy); None: fill it again
+        self._filled: list[tuple[Row, bool, bool] | None] = [None] * size
+        self._on_check = on_check
+        self._on_click = on_click
         checkbox_style = CheckboxStyle()
         button_layout = widgets.Layout(width="auto", height="26px")
         button_style = widgets.ButtonStyle()
@@ -183,8 +193,8 @@ class RowPool:
             )
             cells = widgets.HTML(layout=cells_layout, style=cells_style)
             button = widgets.Button(layout=button_layout, style=button_style)
-            checkbox.observe(functools.partial(on_check, index), names="value")
-            button.on_click(functools.partial(on_click, index))
+            checkbox.observe(functools.partial(self._checked, index), names="value")
+            button.on_click(functools.partial(self._clicked, index))
             self.slots.append((checkbox, cells, button))
         # checkbox | cells (take the rest, never wider than the output) | the row's button
         self.grid = widgets.GridBox(
@@ -198,29 +208,87 @@ class RowPool:
             ),
         )
 
+    def _checked(self, index: int, change: dict[str, Any]) -> None:
+        key = self.keys[index]
+        if key is not None:
+            self._on_check(key, change)
+
+    def _clicked(self, index: int, button: Any) -> None:
+        key = self.keys[index]
+        if key is not None:
+            self._on_click(key, button)
+
+    def fit_widths(self) -> None:
+        """The next draw fits the columns to its page afresh (the user sorted, filtered, paged
+        or retargeted). Between cells the columns only widen: narrowing them would change every
+        row's text, and so send every row again."""
+        self.widths = None
+
+    def disable_buttons(self) -> None:
+        """A move runs: every row's button is disabled until the next draw fills it again."""
+        for index, (_checkbox, _cells, button) in enumerate(self.slots):
+            button.disabled = True
+            self._filled[index] = None
+
+    def place(self, rows: tuple[Row, ...]) -> list[int]:
+        """The slot of each row: the one it had while it stays on the page, else a free one."""
+        wanted = {row.key for row in rows}
+        kept = {key: index for index, key in enumerate(self.keys) if key in wanted}
+        free = [index for index, key in enumerate(self.keys) if key not in wanted]
+        free.reverse()  # the first free slots first, off the end of the list
+        order: list[int] = []
+        for row in rows:
+            index = kept.pop(row.key, None)
+            if index is None:
+                index = free.pop()
+            order.append(index)
+        self.keys = [None] * len(self.slots)
+        for row, index in zip(rows, order, strict=True):
+            self.keys[index] = row.key
+        return order
+
     def draw(
         self, rows: tuple[Row, ...], selected: dict[str, str], busy: bool
     ) -> tuple[dict[str, widgets.Checkbox], dict[str, widgets.Button]]:
-        """Fill the first ``len(rows)`` slots; the checkboxes of selectable rows and every
-        row's button, by row name. The caller ignores the checkbox events this causes."""
+        """Show the first ``size`` rows; the checkboxes of selectable rows and every row's
+        button, by row name. A widget sends its frontend only the values that changed, so a
+        row that kept its slot and its text costs nothing. The caller ignores the checkbox
+        events this causes."""
+        rows = rows[: len(self.slots)]
         widths = column_widths(rows)
-        self.head[1].value = row_html(None, widths)
+        if self.widths is not None:
+            widths = {column: max(width, self.widths[column]) for column, width in widths.items()}
+        if widths != self.widths:
+            self._filled = [None] * len(self.slots)
+            self.widths = widths
+            self.head[1].value = row_html(None, widths)
         checkboxes: dict[str, widgets.Checkbox] = {}
         buttons: dict[str, widgets.Button] = {}
-        for row, (checkbox, cells, button) in zip(rows, self.slots, strict=False):
-            cells.value = row_html(row, widths)
-            checkbox.value = row.selectable and row.name in selected
-            checkbox.disabled = not row.selectable
-            checkbox.layout.visibility = "visible" if row.selectable else "hidden"
-            checkbox.tooltip = f"select {row.name}" if row.selectable else None
+        order = self.place(rows)
+        for row, index in zip(rows, order, strict=True):
+            checkbox, cells, button = self.slots[index]
+            filled = (row, row.selectable and row.name in selected, busy)
+            if self._filled[index] != filled:  # a slot that shows what it showed is left be
+                self._fill(index, *filled, widths)
             if row.selectable:
                 checkboxes[row.name] = checkbox
-            set_button(button, row.action, busy)
             buttons[row.name] = button
-        children = self.head + tuple(w for slot in self.slots[: len(rows)] for w in slot)
+        children = self.head + tuple(w for index in order for w in self.slots[index])
         if tuple(self.grid.children) != children:
             self.grid.children = children
         return checkboxes, buttons
+
+    def _fill(
+        self, index: int, row: Row, checked: bool, busy: bool, widths: dict[str, int]
+    ) -> None:
+        checkbox, cells, button = self.slots[index]
+        cells.value = row_html(row, widths)
+        checkbox.value = checked
+        checkbox.disabled = not row.selectable
+        checkbox.layout.visibility = "visible" if row.selectable else "hidden"
+        checkbox.tooltip = f"select {row.name}" if row.selectable else None
+        set_button(button, row.action, busy)
+        self._filled[index] = (row, checked, busy)
 
     def owned(self) -> Iterator[Any]:
         """Every widget the pool made (for closing)."""

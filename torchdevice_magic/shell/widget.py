@@ -224,6 +224,7 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
 
     def _rewindow(self) -> None:
         """Sort, filter, page or target changed: a fresh window of the same namespace."""
+        self._rows.fit_widths()
         self._view.rewindow(
             self.app, self.sort_dropdown.value, self.filter_text.value, self.target_dropdown.value
         )
@@ -275,8 +276,7 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
         busy = self._busy
         self._controls.draw_buttons(header, list(self._view.selected), busy)
         if busy:
-            for button in self.row_buttons.values():
-                button.disabled = True
+            self._rows.disable_buttons()
 
     def _set_status(self, text: str, error: bool = False) -> None:
         style = ERROR_STYLE if error else OK_STYLE
@@ -326,12 +326,15 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
             return
         self._run_move(names)
 
+    def _row(self, key: str) -> Row | None:
+        """The page's row of this key (None once it left the page)."""
+        return next((row for row in self._view.rows() if row.key == key), None)
+
     @_guarded
-    def _on_row_click(self, index: int, _button: Any = None) -> None:
-        rows = self.rows()
-        if index >= len(rows):
+    def _on_row_click(self, key: str, _button: Any = None) -> None:
+        row = self._row(key)
+        if row is None:
             return
-        row = rows[index]
         if not row.action.enabled:
             self._set_status(row.action.reason, error=True)
             return
@@ -363,11 +366,10 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
         if self._view.turn(1):
             self._rewindow()
 
-    def _on_check(self, index: int, change: dict[str, Any]) -> None:
-        rows = self.rows()
-        if self._syncing or index >= len(rows):
+    def _on_check(self, key: str, change: dict[str, Any]) -> None:
+        row = None if self._syncing else self._row(key)
+        if row is None:
             return
-        row = rows[index]
         if change["new"] and row.selectable:
             self._view.selected[row.name] = row.root
         else:

@@ -179,6 +179,9 @@ class Row:
     selectable: bool
     action: Action
     mixed: bool  # its data spans several devices (the sidebar marks its device)
+    #: held only by IPython's output history (``Out[2]``, ``_``): listed, outside the totals,
+    #: never moved (the sidebar dims the row)
+    hidden: bool
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -198,6 +201,7 @@ class Row:
             "selectable": self.selectable,
             "action": self.action.to_wire(),
             "mixed": self.mixed,
+            "hidden": self.hidden,
         }
 
     def cells(self) -> tuple[str, ...]:
@@ -313,6 +317,7 @@ def make_row(record: Any, target: str | None, root_devices: Sequence[str] | None
         selectable=bool(record.movable and not record.hidden),
         action=action,
         mixed=spans_devices(record),
+        hidden=bool(record.hidden),
     )
 
 

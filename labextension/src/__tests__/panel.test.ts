@@ -82,9 +82,14 @@ describe.each(fixtureNames())('%s', name => {
       // a row whose data spans devices is marked where the kernel says so, and only there
       const tr = q(h.panel.node, `tr[data-name="${row.name}"]`);
       expect(tr.classList.contains('jp-mod-mixed')).toBe(row.mixed === true);
+      // a row only the output history holds is dimmed where the kernel says so, and only there
+      expect(tr.classList.contains('jp-mod-hidden')).toBe(row.hidden === true);
     }
     if (name === 'mixed') {
       expect(view.window.rows.filter(r => r.mixed).map(r => r.name)).toEqual(['model']);
+    }
+    if (name === 'basic') {
+      expect(view.window.rows.filter(r => r.hidden).map(r => r.name)).toEqual(['Out[2]']);
     }
     const bars = Array.from(h.panel.node.querySelectorAll('.jp-TorchDevices-total'));
     expect(bars.map(b => b.querySelector('.jp-TorchDevices-totalSize')!.textContent)).toEqual(

@@ -117,6 +117,16 @@ def test_module_and_container_rows_show_their_summary(
     assert many.status == "20 Tensor objects"
 
 
+def test_an_optimizer_without_state_shows_its_parameters_device_in_words(
+    ip: Any, session: Any, make_table: Callable[..., DeviceTable]
+) -> None:
+    net = nn.Linear(2, 2)
+    ip.user_ns.update(net=net, adam=torch.optim.Adam(net.parameters()))
+    table = make_table()
+    assert column(table, "adam") == "cpu (params; no state yet)"
+    assert column(table, "net") == "cpu"
+
+
 def test_header_shows_each_device_and_mixed_warnings(
     ip: Any, session: Any, make_table: Callable[..., DeviceTable]
 ) -> None:
