@@ -519,6 +519,27 @@ def test_widget_columns_are_not_clipped_at_three_widths(lab):
         open_sidebar(page)
 
 
+def test_live_widget_table_reorders_rows_as_a_fresh_table_draws_them(lab):
+    """A live table keeps each row's widgets while the row stays on the page and reorders the
+    grid: after a cell that puts a new row at the top and moves another, the browser shows the
+    names in the order a table drawn afresh shows them, with the new sizes."""
+    page = lab.page
+    ensure_x_and_model_on_cpu(page)
+    run_cell(page, "live_small = torch.zeros(4)")
+    live = run_cell(page, "%devices --live").locator(".jp-OutputArea")
+    expect(live.locator(".jupyter-widgets").first).to_be_visible(timeout=30_000)
+    expect(live).to_contain_text("live_small")
+    run_cell(page, "live_big = torch.zeros(1 << 18)\nlive_small = torch.zeros(1 << 17)")
+    fresh = run_cell(page, "%devices").locator(".jp-OutputArea")
+    expect(fresh).to_contain_text("live_big")
+    order = fresh.locator(".tdm-cell-name").all_text_contents()
+    assert order.index("live_big") < order.index("live_small"), order
+    expect(live.locator(".tdm-cell-name")).to_have_text(order)
+    sizes = fresh.locator(".tdm-cell-size").all_text_contents()
+    expect(live.locator(".tdm-cell-size")).to_have_text(sizes)
+    assert format_bytes(1 << 19) in sizes  # live_small's new 512 KiB, drawn in both
+
+
 def test_unload_leaves_one_clear_state(lab):
     page = lab.page
     ensure_loaded(page)
