@@ -338,8 +338,9 @@ def _moved_at_their_source(movers: list[Candidate], dest: str, draft: FixDraft) 
     lines = "; ".join(
         src for c in inside if c.where == inside[0].where and (src := move_statement(c, dest))
     )
-    # (not for a model's forward(): its caller moves the inputs, not the model)
-    if lines and not inside[0].module_method:
+    # (not for a model's forward(): its caller moves the inputs, not the model; nor for a
+    # library's function: that line is not the user's to edit)
+    if lines and not inside[0].module_method and not inside[0].library:
         draft.notes.append(f"to fix it for every call, inside {where}(): {lines}")
     return [c for c in movers if c not in inside]
 
