@@ -114,6 +114,31 @@ def test_undo_puts_a_module_spanning_devices_back_per_parameter(simulated_device
 
 
 @pytest.mark.simulated
+def test_undo_says_nothing_is_held_on_the_old_device_when_nothing_is(
+    simulated_device: str,
+) -> None:
+    """04_tour's namespace: a model, a tensor, a dict holding it and a view of it. After the
+    undo no reference is left to the storages on the device, so the summary must not send
+    the user to ``%devices --holders`` for memory that no one holds."""
+    images = torch.randn(64, 256)
+    labels = torch.randint(0, 10, (64,))
+    ns: dict[str, Any] = {
+        "model": nn.Linear(8, 4),
+        "images": images,
+        "labels": labels,
+        "batch": {"images": images, "labels": labels},
+        "first": images[:4],
+    }
+    del images, labels
+    result = move(ns, simulated_device)
+    assert result.ok and result.still_held_bytes == 0, result.summary()
+    back = result.undo()
+    assert back.ok, back.failed
+    assert back.still_held_bytes == 0, back.summary()
+    assert "still held" not in back.summary()
+
+
+@pytest.mark.simulated
 def test_undo_skips_names_rebound_since(simulated_device: str) -> None:
     ns = {"x": torch.ones(2), "y": torch.ones(3)}
     result = move(ns, simulated_device)

@@ -103,6 +103,17 @@ class UndoRecord:
 
 def undo(record: UndoRecord, progress: ProgressCallback | None) -> MoveResult:
     started = time.perf_counter()
+    # planned in a function of its own: its loop variables (the last object it looked at)
+    # are gone before the transaction asks which old storages something still holds
+    plan = _plan_back(record)
+    try:
+        return execute(plan, progress, started, None, to_meta=False, record_undo=UndoRecord)
+    finally:
+        plan.T.forget_types()
+
+
+def _plan_back(record: UndoRecord) -> Plan:
+    """The plan that puts every recorded object back where the move found it."""
     plan = Plan(record.namespace, "", explicit=False)
     ns = record.namespace
     targets: set[str] = set()
@@ -148,10 +159,7 @@ def undo(record: UndoRecord, progress: ProgressCallback | None) -> MoveResult:
         _guarded(plan, entry, add_optimizer, obj, entry.layout)
     add_followers(plan)
     plan.label = ", ".join(sorted(targets, key=device_sort_key)) or "original devices"
-    try:
-        return execute(plan, progress, started, None, to_meta=False, record_undo=UndoRecord)
-    finally:
-        plan.T.forget_types()
+    return plan
 
 
 def _guarded(plan: Plan, entry: UndoEntry, plan_it: Any, *args: Any) -> None:
