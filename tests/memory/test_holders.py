@@ -100,6 +100,24 @@ def test_a_single_loss_keeps_its_graph():
     assert ref() is None and namespace["loss"] is loss and loss.grad_fn is None
 
 
+def test_a_model_output_dict_keeps_its_graph_and_is_not_told_to_append():
+    """A transformers model returns a dict-like output (``out.loss``, ``out.logits``) whose
+    tensors keep the forward's graph: nothing was appended, so the advice is the dict's own."""
+    from collections import OrderedDict
+
+    model = torch.nn.Linear(32, 8)
+    logits = model(torch.randn(16, 32)).relu()  # the graph saved the input: no name holds it
+    out = OrderedDict(loss=logits.pow(2).mean(), logits=logits)  # what ModelOutput is
+    del logits
+    holder = by_kind(holders({"model": model, "out": out}), "autograd graph")
+    assert holder.where == "out: 2 autograd graphs"
+    assert holder.bytes == 16 * 32 * F32
+    assert "append" not in holder.fix
+    assert holder.fix == (
+        "del out once backward() ran (keep .item() or .detach() of the values you need)"
+    )
+
+
 def test_optimizer_of_a_deleted_model_holds_its_parameters_gradients_and_state():
     kept = torch.nn.Linear(4, 4)
     gone = torch.nn.Linear(64, 64)
