@@ -420,7 +420,8 @@ def test_a_library_models_forward_is_never_where_the_fix_goes(
 ) -> None:
     """A transformers-style model on the device called with the cell's CPU ``input_ids``: the
     library's forward() reads a view of them as its own local of the same name. The fix moves
-    them in the cell; no note tells the user to edit the library's forward()."""
+    them in the cell; no note tells the user to edit the library's forward(), and the view is
+    not listed a second time."""
     dev = simulated_device
     setup(
         ip,
@@ -433,6 +434,8 @@ def test_a_library_models_forward_is_never_where_the_fix_goes(
         ("cell", f'input_ids = input_ids.to("{dev}")')
     ]
     assert "inside forward()" not in d.text() and "for every call" not in d.text()
+    # the library's view of input_ids is not listed beside the cell's own input_ids
+    assert [c.name for c in d.culprits] == ["input_ids", "model"]
     apply_cell_fixes(ip, d)
     assert_succeeds(ip, "out = model(input_ids)")
 

@@ -564,8 +564,10 @@ def _explain(case: _ErrorCase, target_reason: str) -> Diagnosis:
 def _shown(case: _ErrorCase, route: _Route) -> list[Candidate]:
     """Who is where, as far as it matters: intermediates a method made that are already where
     they should be say nothing, and neither do a method's inputs already there (``h`` in
-    forward()) when something else is the culprit."""
+    forward()) when something else is the culprit, nor a library's local that is a view of a
+    cell's variable (a transformers forward()'s ``input_ids``: the cell's line names it)."""
     dest = route.dest
+    in_cell = {c.label for c in case.relevant if c.where == "cell"}
     shown = [
         c
         for c in case.relevant
@@ -574,6 +576,7 @@ def _shown(case: _ErrorCase, route: _Route) -> list[Candidate]:
             and on_target(c.info.devices, dest)
             and (c.made_here or (c.module_method and not c.alias and route.movers))
         )
+        and not (c.library and c.shares & in_cell)
     ]
     # the culprit first (a cap on the lines shown must never hide it): what is off the
     # destination, what the fix moves first among them; the rest keeps its order
