@@ -280,3 +280,30 @@ def test_a_round_trip_through_a_backend_whose_storages_hide_their_pointer(
     back = result.undo()
     assert back.ok, back.failed
     assert all(torch.equal(ns[f"t{i}"], torch.full((3,), float(i))) for i in range(5))
+
+
+@pytest.mark.simulated
+def test_a_module_whose_parameters_a_live_graph_saved_is_refused_not_split(
+    simulated_device: str,
+) -> None:
+    """The sidebar's path: the one-click fix moved the model, the cell ran again (its result
+    keeps a graph that saved the second layer's weight), then Undo. torch cannot swap a
+    Parameter a graph saved, and the simulated device's tensors move by swapping: the model
+    must be left whole where it is, with the reason, never half on each device."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    ns: dict[str, Any] = {"model": model}
+    moved = move(ns, simulated_device)
+    assert moved.ok, moved.summary()
+    ns["y"] = model(torch.randn(3, 4, device=simulated_device))
+    with pytest.raises(MoveError, match=r"model\.2\.weight is saved by an autograd graph"):
+        move(ns, "cpu", ["model"])
+    assert {str(p.device) for p in model.parameters()} == {simulated_device}
+    back = moved.undo()
+    assert [name for name, _why in back.skipped] == ["model"]
+    assert "del it or run backward()" in back.skipped[0][1]
+    assert {str(p.device) for p in model.parameters()} == {simulated_device}
+    # once the result is gone, the move goes through
+    del ns["y"]
+    again = move(ns, "cpu", ["model"])
+    assert again.ok, again.summary()
+    assert {str(p.device) for p in model.parameters()} == {"cpu"}
