@@ -52,6 +52,11 @@ def script_reason(name: str, module: Any, T: Any) -> str | None:
     )
 
 
+class SavedByAGraph(Refused):
+    """A module torch cannot swap now (a live graph saved a Parameter): an undo that meets
+    one undoes nothing, so the optimizer state that follows the module stays with it."""
+
+
 def saved_by_a_graph(name: str, m: Any, dest: Any, dest_of: dict[int, Any] | None) -> str | None:
     """Why a module that must move by swapping Parameters cannot, or None: torch swaps a
     Parameter only if nothing but its own gradient node references it, and a live autograd
@@ -210,7 +215,7 @@ def add_module(
             raise Refused(script)
         saved = saved_by_a_graph(name, m, dest, dest_of)
         if saved is not None:
-            raise Refused(saved)
+            raise SavedByAGraph(saved)
     to_device = plan.device_label(dest) if dest is not None else ", ".join(device_names(wants))
     item = PlannedItem(
         name,

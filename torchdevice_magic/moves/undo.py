@@ -24,11 +24,11 @@ from typing import Any
 
 from ..units import device_sort_key
 from .jobs import BulkTensors, Plan, PlannedItem, Refused
-from .plan_modules import add_module
+from .plan_modules import SavedByAGraph, add_module
 from .plan_optimizers import add_followers, add_optimizer
 from .plan_tensors import queue_bulk
 from .planner import add
-from .result import MoveResult, ProgressCallback, reason
+from .result import MoveError, MoveResult, ProgressCallback, reason
 from .transaction import execute
 
 
@@ -166,6 +166,8 @@ def _guarded(plan: Plan, entry: UndoEntry, plan_it: Any, *args: Any) -> None:
     """Plan one module or optimizer back; one that cannot be planned is skipped with why."""
     try:
         plan_it(plan, entry.name, *args, listed=entry.top)
+    except SavedByAGraph as e:
+        raise MoveError(f"nothing was undone: {e}, then undo again") from None
     except Refused as e:
         plan.skipped.append((entry.name, str(e)))
     except Exception as e:
