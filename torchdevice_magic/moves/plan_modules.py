@@ -70,7 +70,7 @@ def saved_by_a_graph(name: str, m: Any, dest: Any, dest_of: dict[int, Any] | Non
         return (
             f"{name}.{key} is saved by an autograd graph that is still alive (a result "
             "computed with it, not yet backward()-ed), so torch cannot swap it to another "
-            "device: del it or run backward(), then move again"
+            "device: del that result or run backward() on it first"
         )
     return None
 

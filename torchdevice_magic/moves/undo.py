@@ -167,7 +167,7 @@ def _guarded(plan: Plan, entry: UndoEntry, plan_it: Any, *args: Any) -> None:
     try:
         plan_it(plan, entry.name, *args, listed=entry.top)
     except SavedByAGraph as e:
-        raise MoveError(f"nothing was undone: {e}, then undo again") from None
+        raise MoveError(f"nothing was undone: {e}") from None
     except Refused as e:
         plan.skipped.append((entry.name, str(e)))
     except Exception as e:
