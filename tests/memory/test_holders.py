@@ -80,6 +80,10 @@ def test_a_list_of_losses_keeps_every_step_s_graph(last_error):
     assert holder.bytes == 12 * 2 * 16 * 32 * F32
     weight = model.weight.detach().clone()
     assert holder.release() == 12 * 2 * 16 * 32 * F32
+    # what --release prints after "losses: 12 autograd graphs:", without naming it twice
+    assert (
+        holder.note == "detached 12 tensors of losses from their autograd graphs (the values stay)"
+    )
     assert all(ref() is None for ref in activations)
     # the losses are still there, with their values; the model is untouched
     assert [loss.item() for loss in namespace["losses"]] == values

@@ -200,7 +200,7 @@ def _detach_graphs(namespace: Any, name: str, expected_id: int) -> str:
                     continue  # immutable: cannot swap the element
                 value[key] = element.detach()
             released += 1
-    return f"{name}: {released} tensors detached from their autograd graphs"
+    return f"detached {released} tensors of {name} from their autograd graphs (the values stay)"
 
 
 def _detach_in_place(tensor: Any) -> bool:
