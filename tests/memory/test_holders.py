@@ -62,6 +62,36 @@ def test_output_history_entry_and_its_aliases(last_error):
     assert holders(namespace) == []
 
 
+def test_the_last_error_is_named_by_the_users_frame_not_by_torchs_wrappers(last_error):
+    """``model(batch)`` failing inside the user's forward(): torch's call wrappers hold the
+    same batch as ``args``; the holder names the user's local, and a batch that only torch's
+    own frames hold is said to be held there."""
+
+    class Net(torch.nn.Module):
+        def forward(self, batch):
+            raise RuntimeError("failed in forward")
+
+    class Forgets(torch.nn.Module):
+        def forward(self, batch):
+            del batch
+            raise RuntimeError("failed in forward")
+
+    for model, where in [
+        (Net(), "forward() local 'batch'"),
+        (Forgets(), "torch's _wrapped_call_impl() local 'args'"),
+    ]:
+        batch = torch.randn(256, 64)
+        try:
+            model(batch)
+        except RuntimeError as error:
+            last_error(error)
+        del batch
+        holder = by_kind(holders({}), "traceback")
+        assert holder.where == f"last error (RuntimeError): {where}"
+        assert holder.bytes == 256 * 64 * F32
+        holder.release()
+
+
 def test_a_list_of_losses_keeps_every_step_s_graph(last_error):
     model = torch.nn.Linear(32, 32)
     losses, activations = [], []

@@ -10,6 +10,7 @@ Pure core: no IPython, no ipywidgets, torch never imported here.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import types
 import weakref
@@ -126,6 +127,13 @@ def _clear_frames(exc_ids: frozenset[int], getter: ErrorGetter | None) -> str:
     return f"cleared the locals of {cleared} frames of the last error (%debug can't show them now)"
 
 
+def _torch_dir() -> str | None:
+    """torch's own directory (with a trailing separator): its frames are its wrappers."""
+    torch = sys.modules.get("torch")
+    path = getattr(torch, "__file__", None) if torch is not None else None
+    return os.path.dirname(path) + os.sep if isinstance(path, str) else None
+
+
 def _traceback_source(
     errors: list[BaseException], named: Keys | None = None, getter: ErrorGetter | None = None
 ) -> _Source | None:
@@ -136,13 +144,19 @@ def _traceback_source(
     exc = errors[0]
     frames = list({id(f): f for e in errors for f in _traceback_frames(e)}.values())
     parts: dict[str, Any] = {}
+    torchs: set[str] = set()
+    in_torch = _torch_dir()
     for frame in frames:
         function = frame.f_code.co_name
+        torch_frame = in_torch is not None and frame.f_code.co_filename.startswith(in_torch)
+        whose = "torch's " if torch_frame else ""
         for local, value in _frame_locals(frame).items():
-            label = f"{function}() local {local!r}"
+            label = f"{whose}{function}() local {local!r}"
             if label in parts:  # recursion: the same function twice
                 label += f" (frame {len(parts)})"
             parts[label] = value
+            if torch_frame:
+                torchs.add(label)
     if not parts:
         return None
     inventory, keys = _keys_of(parts)
@@ -160,10 +174,12 @@ def _traceback_source(
         for root, keys in own.items()
     }
     # name the locals that add storages nobody named yet: the user's `batch`, not the same
-    # tensor again as `args` of torch's own wrappers further in
+    # tensor again as `args` of torch's own wrappers around it (named only when nothing else
+    # holds what they hold)
     ranked: list[str] = []
     covered: set[StorageKey] = set()
-    for root in sorted((r for r in sizes if sizes[r]), key=lambda r: (-sizes[r], order[r])):
+    rank = {r: (-sizes[r], r in torchs, order[r]) for r in sizes if sizes[r]}
+    for root in sorted(rank, key=rank.__getitem__):
         if not own[root].keys() <= covered:
             ranked.append(root)
             covered.update(own[root])
