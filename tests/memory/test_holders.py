@@ -65,7 +65,7 @@ def test_output_history_entry_and_its_aliases(last_error):
 def test_the_last_error_is_named_by_the_users_frame_not_by_torchs_wrappers(last_error):
     """``model(batch)`` failing inside the user's forward(): torch's call wrappers hold the
     same batch as ``args``; the holder names the user's local, and a batch that only torch's
-    own frames hold is said to be held there."""
+    own frames hold says whose frame that is."""
 
     class Net(torch.nn.Module):
         def forward(self, batch):
@@ -78,7 +78,7 @@ def test_the_last_error_is_named_by_the_users_frame_not_by_torchs_wrappers(last_
 
     for model, where in [
         (Net(), "forward() local 'batch'"),
-        (Forgets(), "torch's _wrapped_call_impl() local 'args'"),
+        (Forgets(), "_wrapped_call_impl() local 'args' (in torch)"),
     ]:
         batch = torch.randn(256, 64)
         try:

@@ -128,10 +128,23 @@ def _clear_frames(exc_ids: frozenset[int], getter: ErrorGetter | None) -> str:
 
 
 def _torch_dir() -> str | None:
-    """torch's own directory (with a trailing separator): its frames are its wrappers."""
+    """torch's own directory (with a trailing separator), wherever torch is installed."""
     torch = sys.modules.get("torch")
     path = getattr(torch, "__file__", None) if torch is not None else None
     return os.path.dirname(path) + os.sep if isinstance(path, str) else None
+
+
+def _library_of(filename: str, torch_dir: str | None) -> str:
+    """The installed package a frame's code belongs to (``torch``, ``transformers``), or ""
+    for the user's own code (cells, their files)."""
+    if torch_dir is not None and filename.startswith(torch_dir):
+        return "torch"
+    parts = filename.split(os.sep)
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts[:-1]:
+            package = parts[len(parts) - 1 - parts[::-1].index(marker) + 1]
+            return package.removesuffix(".py")
+    return ""
 
 
 def _traceback_source(
@@ -144,19 +157,19 @@ def _traceback_source(
     exc = errors[0]
     frames = list({id(f): f for e in errors for f in _traceback_frames(e)}.values())
     parts: dict[str, Any] = {}
-    torchs: set[str] = set()
-    in_torch = _torch_dir()
+    libraries: set[str] = set()  # the labels of library frames' locals (torch's included)
+    torch_dir = _torch_dir()
     for frame in frames:
         function = frame.f_code.co_name
-        torch_frame = in_torch is not None and frame.f_code.co_filename.startswith(in_torch)
-        whose = "torch's " if torch_frame else ""
+        owner = _library_of(frame.f_code.co_filename, torch_dir)
         for local, value in _frame_locals(frame).items():
-            label = f"{whose}{function}() local {local!r}"
+            label = f"{function}() local {local!r}"
             if label in parts:  # recursion: the same function twice
                 label += f" (frame {len(parts)})"
+            if owner:
+                label += f" (in {owner})"
+                libraries.add(label)
             parts[label] = value
-            if torch_frame:
-                torchs.add(label)
     if not parts:
         return None
     inventory, keys = _keys_of(parts)
@@ -174,11 +187,11 @@ def _traceback_source(
         for root, keys in own.items()
     }
     # name the locals that add storages nobody named yet: the user's `batch`, not the same
-    # tensor again as `args` of torch's own wrappers around it (named only when nothing else
-    # holds what they hold)
+    # tensor again as `args` of torch's (or a library's) wrappers around it, named only when
+    # no frame of the user's holds what they hold
     ranked: list[str] = []
     covered: set[StorageKey] = set()
-    rank = {r: (-sizes[r], r in torchs, order[r]) for r in sizes if sizes[r]}
+    rank = {r: (-sizes[r], r in libraries, order[r]) for r in sizes if sizes[r]}
     for root in sorted(rank, key=rank.__getitem__):
         if not own[root].keys() <= covered:
             ranked.append(root)
