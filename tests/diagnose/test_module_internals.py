@@ -438,6 +438,15 @@ def test_a_library_models_forward_is_never_where_the_fix_goes(
     assert [c.name for c in d.culprits] == ["input_ids", "model"]
     apply_cell_fixes(ip, d)
     assert_succeeds(ip, "out = model(input_ids)")
+    # token ids made by the call itself, without device=: passed into the library, not made
+    # there; the fix runs the call with the device as torch's default
+    d2 = failing(ip, "out = model(torch.randint(0, 10, (2, 3)))")
+    assert "input_ids is passed into library code (site-packages/stretchlib.py:" in d2.note
+    assert "made inside library code" not in d2.note
+    assert [(f.where, f.source) for f in d2.fix_lines] == [
+        ("line 1", f'with torch.device("{dev}"): out = model(torch.randint(0, 10, (2, 3)))')
+    ]
+    assert_succeeds(ip, d2.fix_lines[0].source)
 
 
 @pytest.mark.simulated
