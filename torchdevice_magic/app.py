@@ -25,7 +25,14 @@ from typing import Any, Protocol
 
 from . import devices, protocol, ranks, viewmodel
 from .firstinit import FirstInit, InitSite, fork_error_advice
-from .memory import HolderList, Timeline, device_figures, follow, shell_references
+from .memory import (
+    HolderList,
+    Timeline,
+    device_figures,
+    follow,
+    holders_changed,
+    shell_references,
+)
 from .scan import Inventory, Scanner, orphan_warning
 from .trace import MetaCallCheck
 
@@ -288,8 +295,10 @@ class DeviceController:
         return None
 
     def after_action(self) -> None:
-        # a move rebinds names and moves modules in place: look at everything again
+        # a move rebinds names and moves modules in place: look at everything again, holders
+        # too (a failed cell's frames still reach the moved model)
         self.actions += 1
+        holders_changed()
         self.full_scan()
         self.refresh_views()
 

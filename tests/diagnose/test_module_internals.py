@@ -338,6 +338,29 @@ def vocoder(x, advance):
 def positions(x):
     steps = torch.arange(x.shape[-1])
     return x * steps
+
+def keep_outputs(forward):
+    def wrapped_func(*args, **kwargs):  # a decorator, as transformers wraps its forward()
+        return forward(*args, **kwargs)
+    return wrapped_func
+
+class TinyLM(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = TinyBody()
+
+    @keep_outputs
+    def forward(self, input_ids):
+        return self.body(input_ids)
+
+class TinyBody(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = torch.nn.Embedding(10, 4)
+
+    def forward(self, input_ids):
+        input_ids = input_ids.view(-1, input_ids.shape[-1])  # as GPT2Model.forward does
+        return self.wte(input_ids)
 """
 
 
@@ -389,6 +412,41 @@ def test_a_library_modules_plain_attribute_and_unplaced_tensor_are_named(
     # where the call is not a one-line statement of the cell, no fix pretends
     d3 = failing(ip, "if True:\n    p = (positions(\n        spec))")
     assert not d3.safe and f'with torch.device("{dev}")' in d3.why_no_fix
+
+
+@pytest.mark.simulated
+def test_a_library_models_forward_is_never_where_the_fix_goes(
+    ip, shown, simulated_device, library_on_path
+) -> None:
+    """A transformers-style model on the device called with the cell's CPU ``input_ids``: the
+    library's forward() reads a view of them as its own local of the same name. The fix moves
+    them in the cell; no note tells the user to edit the library's forward(), and the view is
+    not listed a second time."""
+    dev = simulated_device
+    setup(
+        ip,
+        "import torch\nfrom stretchlib import TinyLM\n"
+        "model = TinyLM().to(DEV)\ninput_ids = torch.randint(0, 10, (2, 3))",
+        dev,
+    )
+    d = failing(ip, "out = model(input_ids)")
+    assert [(f.where, f.source) for f in d.fix_lines] == [
+        ("cell", f'input_ids = input_ids.to("{dev}")')
+    ]
+    assert "inside forward()" not in d.text() and "for every call" not in d.text()
+    # the library's view of input_ids is not listed beside the cell's own input_ids
+    assert [c.name for c in d.culprits] == ["input_ids", "model"]
+    apply_cell_fixes(ip, d)
+    assert_succeeds(ip, "out = model(input_ids)")
+    # token ids made by the call itself, without device=: passed into the library, not made
+    # there; the fix runs the call with the device as torch's default
+    d2 = failing(ip, "out = model(torch.randint(0, 10, (2, 3)))")
+    assert "input_ids is passed into library code (site-packages/stretchlib.py:" in d2.note
+    assert "made inside library code" not in d2.note
+    assert [(f.where, f.source) for f in d2.fix_lines] == [
+        ("line 1", f'with torch.device("{dev}"): out = model(torch.randint(0, 10, (2, 3)))')
+    ]
+    assert_succeeds(ip, d2.fix_lines[0].source)
 
 
 @pytest.mark.simulated

@@ -63,6 +63,19 @@ def test_a_device_error_is_predicted_with_the_culprits_the_real_run_names(simula
     assert real._repr_html_() in report._repr_html_()
 
 
+def test_a_batch_dict_culprit_has_the_real_batch_s_size(simulated_device):
+    """``model(**batch)`` with the batch a dict of CPU tensors (a tokenizer's output): the
+    culprit is the dict, with the bytes its real tensors take, as the real run says."""
+    ns = namespace(simulated_device)
+    ns["batch"] = {"inputs": ns.pop("x"), "targets": ns.pop("y")}
+    cell = "loss = step(**batch)"
+    report = tdm.dry_run(cell, ns)
+    real = real_diagnosis(cell, dict(ns))
+    assert real is not None and report.device_error
+    assert names(report.diagnosis)[0] == names(real)[0] == "batch"
+    assert report.diagnosis.culprits[0].bytes == real.culprits[0].bytes == 16 * 8 * 4 + 16 * 8
+
+
 def test_a_convolution_mixing_devices_is_predicted_though_fakes_let_it_by(simulated_device):
     ns = {"conv": torch.nn.Conv1d(1, 1, 1), "s": torch.ones(1, 1, 4).to(simulated_device)}
     report = dry_run("out = conv(s)", ns)

@@ -62,6 +62,36 @@ def test_output_history_entry_and_its_aliases(last_error):
     assert holders(namespace) == []
 
 
+def test_the_last_error_is_named_by_the_users_frame_not_by_torchs_wrappers(last_error):
+    """``model(batch)`` failing inside the user's forward(): torch's call wrappers hold the
+    same batch as ``args``; the holder names the user's local, and a batch that only torch's
+    own frames hold says whose frame that is."""
+
+    class Net(torch.nn.Module):
+        def forward(self, batch):
+            raise RuntimeError("failed in forward")
+
+    class Forgets(torch.nn.Module):
+        def forward(self, batch):
+            del batch
+            raise RuntimeError("failed in forward")
+
+    for model, where in [
+        (Net(), "forward() local 'batch'"),
+        (Forgets(), "_wrapped_call_impl() local 'args' (in torch)"),
+    ]:
+        batch = torch.randn(256, 64)
+        try:
+            model(batch)
+        except RuntimeError as error:
+            last_error(error)
+        del batch
+        holder = by_kind(holders({}), "traceback")
+        assert holder.where == f"last error (RuntimeError): {where}"
+        assert holder.bytes == 256 * 64 * F32
+        holder.release()
+
+
 def test_a_list_of_losses_keeps_every_step_s_graph(last_error):
     model = torch.nn.Linear(32, 32)
     losses, activations = [], []
@@ -80,6 +110,10 @@ def test_a_list_of_losses_keeps_every_step_s_graph(last_error):
     assert holder.bytes == 12 * 2 * 16 * 32 * F32
     weight = model.weight.detach().clone()
     assert holder.release() == 12 * 2 * 16 * 32 * F32
+    # what --release prints after "losses: 12 autograd graphs:", without naming it twice
+    assert (
+        holder.note == "detached 12 tensors of losses from their autograd graphs (the values stay)"
+    )
     assert all(ref() is None for ref in activations)
     # the losses are still there, with their values; the model is untouched
     assert [loss.item() for loss in namespace["losses"]] == values
@@ -98,6 +132,24 @@ def test_a_single_loss_keeps_its_graph():
     assert holder.bytes == 64 * 128 * F32  # exp saves its result; x is named
     assert holder.release() == 64 * 128 * F32
     assert ref() is None and namespace["loss"] is loss and loss.grad_fn is None
+
+
+def test_a_model_output_dict_keeps_its_graph_and_is_not_told_to_append():
+    """A transformers model returns a dict-like output (``out.loss``, ``out.logits``) whose
+    tensors keep the forward's graph: nothing was appended, so the advice is the dict's own."""
+    from collections import OrderedDict
+
+    model = torch.nn.Linear(32, 8)
+    logits = model(torch.randn(16, 32)).relu()  # the graph saved the input: no name holds it
+    out = OrderedDict(loss=logits.pow(2).mean(), logits=logits)  # what ModelOutput is
+    del logits
+    holder = by_kind(holders({"model": model, "out": out}), "autograd graph")
+    assert holder.where == "out: 2 autograd graphs"
+    assert holder.bytes == 16 * 32 * F32
+    assert "append" not in holder.fix
+    assert holder.fix == (
+        "del out once backward() ran (keep .item() or .detach() of the values you need)"
+    )
 
 
 def test_optimizer_of_a_deleted_model_holds_its_parameters_gradients_and_state():

@@ -114,6 +114,31 @@ def test_undo_puts_a_module_spanning_devices_back_per_parameter(simulated_device
 
 
 @pytest.mark.simulated
+def test_undo_says_nothing_is_held_on_the_old_device_when_nothing_is(
+    simulated_device: str,
+) -> None:
+    """04_tour's namespace: a model, a tensor, a dict holding it and a view of it. After the
+    undo no reference is left to the storages on the device, so the summary must not send
+    the user to ``%devices --holders`` for memory that no one holds."""
+    images = torch.randn(64, 256)
+    labels = torch.randint(0, 10, (64,))
+    ns: dict[str, Any] = {
+        "model": nn.Linear(8, 4),
+        "images": images,
+        "labels": labels,
+        "batch": {"images": images, "labels": labels},
+        "first": images[:4],
+    }
+    del images, labels
+    result = move(ns, simulated_device)
+    assert result.ok and result.still_held_bytes == 0, result.summary()
+    back = result.undo()
+    assert back.ok, back.failed
+    assert back.still_held_bytes == 0, back.summary()
+    assert "still held" not in back.summary()
+
+
+@pytest.mark.simulated
 def test_undo_skips_names_rebound_since(simulated_device: str) -> None:
     ns = {"x": torch.ones(2), "y": torch.ones(3)}
     result = move(ns, simulated_device)
@@ -255,3 +280,36 @@ def test_a_round_trip_through_a_backend_whose_storages_hide_their_pointer(
     back = result.undo()
     assert back.ok, back.failed
     assert all(torch.equal(ns[f"t{i}"], torch.full((3,), float(i))) for i in range(5))
+
+
+@pytest.mark.simulated
+def test_a_module_whose_parameters_a_live_graph_saved_is_refused_not_split(
+    simulated_device: str,
+) -> None:
+    """The sidebar's path: the one-click fix moved the model, the cell ran again (its result
+    keeps a graph that saved the second layer's weight), then Undo. torch cannot swap a
+    Parameter a graph saved, and the simulated device's tensors move by swapping: the model
+    must be left whole where it is, with the reason, never half on each device."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    ns: dict[str, Any] = {"model": model, "opt": opt}
+    moved = move(ns, simulated_device)
+    assert moved.ok, moved.summary()
+    ns["y"] = model(torch.randn(3, 4, device=simulated_device))
+    with pytest.raises(MoveError, match=r"model\.2\.weight is saved by an autograd graph"):
+        move(ns, "cpu", ["model"])
+    assert {str(p.device) for p in model.parameters()} == {simulated_device}
+    # the undo undoes nothing (the optimizer that follows the model would be split from it)
+    # and stays available
+    with pytest.raises(MoveError, match="^nothing was undone: model.2.weight is saved"):
+        moved.undo()
+    assert {str(p.device) for p in model.parameters()} == {simulated_device}
+    state = [v for s in opt.state.values() for k, v in s.items() if k != "step"]
+    assert {str(v.device) for v in state} == {simulated_device}
+    # once the result is gone, the undo goes through
+    del ns["y"]
+    back = moved.undo()
+    assert back.ok, back.summary()
+    assert {str(p.device) for p in model.parameters()} == {"cpu"}

@@ -128,13 +128,27 @@ def outside_libraries(
     rest = [c for c in movers if c not in inside]
     if rest:
         return rest, ""
-    names = ", ".join(c.name for c in inside)
+    unique = list(dict.fromkeys(c.name for c in inside))  # (one name in two frames: once)
+    names = ", ".join(unique)
     lines = ", ".join(dict.fromkeys(c.library for c in inside))
-    made = (
-        f"{names} {'is' if len(inside) == 1 else 'are'} made inside library code ({lines}) "
-        "without device=, so on the default device whatever the input; that line is not "
-        "yours to edit"
-    )
+    one = len(unique) == 1
+    passed = all(c.arg_position is not None for c in inside)
+    if passed:  # the library got it from the call: made by an expression of that statement
+        made = (
+            f"{names} {'is' if one else 'are'} passed into library code ({lines}) from your "
+            f"call, which made {'it' if one else 'them'} without device=, so on the default "
+            "device"
+        )
+        later = (
+            f"or give device={quote_device(dest)} where your call makes {'it' if one else 'them'}"
+        )
+    else:
+        made = (
+            f"{names} {'is' if one else 'are'} made inside library code ({lines}) without "
+            "device=, so on the default device whatever the input; that line is not yours "
+            "to edit"
+        )
+        later = "a later release of the library may fix it for good"
     stmt = cell.statement_at(lineno)
     simple = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr)
     if isinstance(stmt, simple) and stmt.lineno == stmt.end_lineno:
@@ -149,8 +163,7 @@ def outside_libraries(
         )
         draft.notes.append(
             f"{made}: the fix runs your call under torch.device({quote_device(dest)}), so "
-            f"tensors made there without a device land on {dest}; a later release of the "
-            "library may fix it for good."
+            f"tensors made there without a device land on {dest}; {later}."
         )
         return [], "what a library makes without a device follows torch's default device"
     draft.safe = False

@@ -249,11 +249,24 @@ def _add_one_library_frame(collector: Collector, frame: Any, torch: Any) -> None
         where = f"{where}: `{text[:120]}`"  # the line itself: torch.arange(m) is named
     self_obj = method_instance(code, local_items)
     line_names = names_in_running_line(frame)
+    args = argument_names(code)
     for name, value in local_items[:2000]:
         if isinstance(name, str) and name in line_names and is_type(value, torch.Tensor):
-            collector.add(name, f"frame {code.co_name}", value, library=where)
+            # an argument came from the caller (the user's call, through the library): it
+            # was not made in the library, whatever the library did with it since
+            position = _position(code, name) if name in args else None
+            collector.add(
+                name, f"frame {code.co_name}", value, library=where, arg_position=position
+            )
     if is_type(self_obj, torch.nn.Module):
         _add_attributes_read(collector, self_obj, code, torch)
+
+
+def _position(code: Any, name: str) -> int | None:
+    try:
+        return int(code.co_varnames.index(name))
+    except Exception:
+        return None
 
 
 def _add_one_frame(collector: Collector, frame: Any, torch: Any) -> None:

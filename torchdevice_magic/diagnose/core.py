@@ -338,8 +338,9 @@ def _moved_at_their_source(movers: list[Candidate], dest: str, draft: FixDraft) 
     lines = "; ".join(
         src for c in inside if c.where == inside[0].where and (src := move_statement(c, dest))
     )
-    # (not for a model's forward(): its caller moves the inputs, not the model)
-    if lines and not inside[0].module_method:
+    # (not for a model's forward(): its caller moves the inputs, not the model; nor for a
+    # library's function: that line is not the user's to edit)
+    if lines and not inside[0].module_method and not inside[0].library:
         draft.notes.append(f"to fix it for every call, inside {where}(): {lines}")
     return [c for c in movers if c not in inside]
 
@@ -563,8 +564,10 @@ def _explain(case: _ErrorCase, target_reason: str) -> Diagnosis:
 def _shown(case: _ErrorCase, route: _Route) -> list[Candidate]:
     """Who is where, as far as it matters: intermediates a method made that are already where
     they should be say nothing, and neither do a method's inputs already there (``h`` in
-    forward()) when something else is the culprit."""
+    forward()) when something else is the culprit, nor a library's local that is a view of a
+    cell's variable (a transformers forward()'s ``input_ids``: the cell's line names it)."""
     dest = route.dest
+    in_cell = {c.label for c in case.relevant if c.where == "cell"}
     shown = [
         c
         for c in case.relevant
@@ -573,6 +576,7 @@ def _shown(case: _ErrorCase, route: _Route) -> list[Candidate]:
             and on_target(c.info.devices, dest)
             and (c.made_here or (c.module_method and not c.alias and route.movers))
         )
+        and not (c.library and c.shares & in_cell)
     ]
     # the culprit first (a cap on the lines shown must never hide it): what is off the
     # destination, what the fix moves first among them; the rest keeps its order

@@ -216,13 +216,17 @@ def _own_dict(value: Any, name: str) -> Mapping[str, Any]:
 
 
 def _bytes_by_device(value: Any) -> dict[str, int]:
-    """Bytes per device of a tensor or a module's parameters and buffers, each storage once."""
+    """Bytes per device of a tensor, a module's parameters and buffers, or the tensors of a
+    list, tuple or dict (a batch, a tokenizer's output), each storage once."""
     import torch
 
     if isinstance(value, torch.Tensor):
         tensors = [value]
     elif isinstance(value, torch.nn.Module):
         tensors = [*value.parameters(), *value.buffers()]
+    elif isinstance(value, (list, tuple, dict)):
+        items = value.values() if isinstance(value, dict) else value
+        tensors = [v for v in items if isinstance(v, torch.Tensor)]
     else:
         return {}
     seen: set[int] = set()

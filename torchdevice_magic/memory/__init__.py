@@ -32,6 +32,7 @@ object when asked to release it.
 The package, by concern (each module imports only those above it):
 
 - :mod:`.base`      storage keys and per-device sums, :class:`~.base._Source`, the release count
+  (:func:`holders_changed`: a release or a move)
 - :mod:`.graphs`    the tensors autograd graphs keep alive (:func:`graph_tensors`), detaching
 - :mod:`.sources`   the holders of each kind: traceback, ``Out``, optimizer, hooks, second names
 - :mod:`.interactive` what an interactive shell keeps besides its namespace (found from it)
@@ -47,6 +48,7 @@ from __future__ import annotations
 from .base import ErrorGetter as ErrorGetter
 from .base import Keys as Keys
 from .base import StorageKey as StorageKey
+from .base import holders_changed
 from .graphs import graph_tensors
 from .holding import Following, Holder, HolderList, follow, held_outside, holders, holders_text
 from .interactive import shell_references
@@ -61,6 +63,7 @@ __all__ = [
     "follow",
     "shell_references",
     "holders",
+    "holders_changed",
     "held_outside",
     "holders_text",
     "graph_tensors",

@@ -19,8 +19,17 @@ Keys = dict[StorageKey, tuple[str, int]]
 
 #: Types that never hold a tensor: skipped without a look.
 _NOTHING_TO_HOLD = frozenset({int, float, complex, bool, str, bytes, type(None), range})
-#: Bumped by every release: the timeline re-measures what it tracks when it changed.
+#: Bumped by every release and move (:func:`holders_changed`): the timeline re-measures what
+#: it tracks when it changed.
 _RELEASES = [0]
+
+
+def holders_changed() -> None:
+    """What the holders hold may have changed outside a cell (a release, or a move that gave
+    the tensors a failed cell's frames reach new storages): the timeline measures every
+    holder it tracks again at its next record, instead of the ones the cell touched."""
+    _RELEASES[0] += 1
+
 
 ErrorGetter = Callable[[], Any]
 

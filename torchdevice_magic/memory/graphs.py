@@ -200,7 +200,7 @@ def _detach_graphs(namespace: Any, name: str, expected_id: int) -> str:
                     continue  # immutable: cannot swap the element
                 value[key] = element.detach()
             released += 1
-    return f"{name}: {released} tensors detached from their autograd graphs"
+    return f"detached {released} tensors of {name} from their autograd graphs (the values stay)"
 
 
 def _detach_in_place(tensor: Any) -> bool:
@@ -214,10 +214,13 @@ def _detach_in_place(tensor: Any) -> bool:
 def _container_fix(name: str, value: Any, roots: list[Any]) -> str:
     """What to do about a container whose tensors keep graphs: a tuple of non-scalar tensors is
     a recurrent state (an LSTM's ``(h, c)``) carried from batch to batch, whose graph reaches
-    back through every batch until it is detached; anything else collects results (losses),
-    which the report needs as numbers."""
+    back through every batch until it is detached; a dict is one result (a model's output,
+    ``out.loss`` and ``out.logits``), whose graph backward() needs once; anything else collects
+    results (losses), which the report needs as numbers."""
     if isinstance(value, tuple) and not any(_dimensions(r) == 0 for r in roots):
         return f"detach it between batches: {name} = tuple(h.detach() for h in {name})"
+    if isinstance(value, dict):
+        return f"del {name} once backward() ran (keep .item() or .detach() of the values you need)"
     return "append loss.item() or loss.detach()"
 
 

@@ -21,7 +21,15 @@ from typing import Any
 from ..names import is_ipython_bookkeeping
 from ..scan import Inventory, scan
 from ..units import device_sort_key, format_bytes
-from .base import _NOTHING_TO_HOLD, _RELEASES, ErrorGetter, Keys, StorageKey, _by_device, _Source
+from .base import (
+    _NOTHING_TO_HOLD,
+    ErrorGetter,
+    Keys,
+    StorageKey,
+    _by_device,
+    _Source,
+    holders_changed,
+)
 from .graphs import KeyMemo
 from .interactive import shell_references
 from .sources import (
@@ -62,7 +70,7 @@ class Holder:
             return 0
         self.note = self._release()
         self.released = True
-        _RELEASES[0] += 1
+        holders_changed()
         still = _all_held_keys(self._namespace, self._last_error)
         return sum(nbytes for key, (_, nbytes) in self._keys.items() if key not in still)
 

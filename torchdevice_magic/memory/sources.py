@@ -10,6 +10,7 @@ Pure core: no IPython, no ipywidgets, torch never imported here.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import types
 import weakref
@@ -126,6 +127,26 @@ def _clear_frames(exc_ids: frozenset[int], getter: ErrorGetter | None) -> str:
     return f"cleared the locals of {cleared} frames of the last error (%debug can't show them now)"
 
 
+def _torch_dir() -> str | None:
+    """torch's own directory (with a trailing separator), wherever torch is installed."""
+    torch = sys.modules.get("torch")
+    path = getattr(torch, "__file__", None) if torch is not None else None
+    return os.path.dirname(path) + os.sep if isinstance(path, str) else None
+
+
+def _library_of(filename: str, torch_dir: str | None) -> str:
+    """The installed package a frame's code belongs to (``torch``, ``transformers``), or ""
+    for the user's own code (cells, their files)."""
+    if torch_dir is not None and filename.startswith(torch_dir):
+        return "torch"
+    parts = filename.split(os.sep)
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts[:-1]:
+            package = parts[len(parts) - 1 - parts[::-1].index(marker) + 1]
+            return package.removesuffix(".py")
+    return ""
+
+
 def _traceback_source(
     errors: list[BaseException], named: Keys | None = None, getter: ErrorGetter | None = None
 ) -> _Source | None:
@@ -136,12 +157,18 @@ def _traceback_source(
     exc = errors[0]
     frames = list({id(f): f for e in errors for f in _traceback_frames(e)}.values())
     parts: dict[str, Any] = {}
+    libraries: set[str] = set()  # the labels of library frames' locals (torch's included)
+    torch_dir = _torch_dir()
     for frame in frames:
         function = frame.f_code.co_name
+        owner = _library_of(frame.f_code.co_filename, torch_dir)
         for local, value in _frame_locals(frame).items():
             label = f"{function}() local {local!r}"
             if label in parts:  # recursion: the same function twice
                 label += f" (frame {len(parts)})"
+            if owner:
+                label += f" (in {owner})"
+                libraries.add(label)
             parts[label] = value
     if not parts:
         return None
@@ -160,10 +187,12 @@ def _traceback_source(
         for root, keys in own.items()
     }
     # name the locals that add storages nobody named yet: the user's `batch`, not the same
-    # tensor again as `args` of torch's own wrappers further in
+    # tensor again as `args` of torch's (or a library's) wrappers around it, named only when
+    # no frame of the user's holds what they hold
     ranked: list[str] = []
     covered: set[StorageKey] = set()
-    for root in sorted((r for r in sizes if sizes[r]), key=lambda r: (-sizes[r], order[r])):
+    rank = {r: (-sizes[r], r in libraries, order[r]) for r in sizes if sizes[r]}
+    for root in sorted(rank, key=rank.__getitem__):
         if not own[root].keys() <= covered:
             ranked.append(root)
             covered.update(own[root])

@@ -3,7 +3,8 @@ Parameters stay the same objects and optimizers holding them stay valid.
 
 A module is refused up front where moving it by hand would break it: a model dispatched by
 accelerate, a module sharded over a process group (FSDP2, DTensor), TorchScript where torch would have to swap Parameter objects, dynamic-quantized
-layers (packed weights live in C++ objects that only run on the CPU), meta parameters (no data).
+layers (packed weights live in C++ objects that only run on the CPU), meta parameters (no data),
+Parameters torch would have to swap while a live autograd graph saved them.
 """
 
 from __future__ import annotations
@@ -49,6 +50,47 @@ def script_reason(name: str, module: Any, T: Any) -> str | None:
         f"{name} is a TorchScript module: its parameters cannot be swapped to this device "
         "in place; script the model again after moving the original module"
     )
+
+
+class SavedByAGraph(Refused):
+    """A module torch cannot swap now (a live graph saved a Parameter): an undo that meets
+    one undoes nothing, so the optimizer state that follows the module stays with it."""
+
+
+def saved_by_a_graph(name: str, m: Any, dest: Any, dest_of: dict[int, Any] | None) -> str | None:
+    """Why a module that must move by swapping Parameters cannot, or None: torch swaps a
+    Parameter only if nothing but its own gradient node references it, and a live autograd
+    graph that saved it (``y = model(x)`` before ``backward()``) does. Asked as
+    ``torch.utils.swap_tensors`` asks, up front: a refusal here leaves the module whole,
+    where ``Module._apply`` failing halfway could not put it back."""
+    for key, p in m.named_parameters():
+        want = dest if dest_of is None else dest_of.get(id(p), p.device)
+        if p.device == want or not _swap_refused(p):
+            continue
+        return (
+            f"{name}.{key} is saved by an autograd graph that is still alive (a result "
+            "computed with it, not yet backward()-ed), so torch cannot swap it to another "
+            "device: del that result or run backward() on it first"
+        )
+    return None
+
+
+def _swap_refused(p: Any) -> bool:
+    """``torch.utils.swap_tensors``' own use-count rule: one reference, or two where the
+    second is the leaf's gradient accumulator."""
+    import torch
+
+    count = p._use_count()
+    if count <= 1:
+        return False
+    if count > 2 or not p.is_leaf:
+        return True
+    # the second reference is the accumulator if asking for it did not make a new one (held
+    # while counting: a new one would be gone again once the edge is dropped)
+    edge = torch.autograd.graph.get_gradient_edge(p)
+    refused = bool(p._use_count() != 2)
+    del edge
+    return refused
 
 
 def module_tensors(m: Any) -> Iterable[Any]:
@@ -171,6 +213,9 @@ def add_module(
         script = script_reason(name, m, plan.T)
         if script is not None:
             raise Refused(script)
+        saved = saved_by_a_graph(name, m, dest, dest_of)
+        if saved is not None:
+            raise SavedByAGraph(saved)
     to_device = plan.device_label(dest) if dest is not None else ", ".join(device_names(wants))
     item = PlannedItem(
         name,

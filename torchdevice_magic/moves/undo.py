@@ -24,11 +24,11 @@ from typing import Any
 
 from ..units import device_sort_key
 from .jobs import BulkTensors, Plan, PlannedItem, Refused
-from .plan_modules import add_module
+from .plan_modules import SavedByAGraph, add_module
 from .plan_optimizers import add_followers, add_optimizer
 from .plan_tensors import queue_bulk
 from .planner import add
-from .result import MoveResult, ProgressCallback, reason
+from .result import MoveError, MoveResult, ProgressCallback, reason
 from .transaction import execute
 
 
@@ -103,6 +103,17 @@ class UndoRecord:
 
 def undo(record: UndoRecord, progress: ProgressCallback | None) -> MoveResult:
     started = time.perf_counter()
+    # planned in a function of its own: its loop variables (the last object it looked at)
+    # are gone before the transaction asks which old storages something still holds
+    plan = _plan_back(record)
+    try:
+        return execute(plan, progress, started, None, to_meta=False, record_undo=UndoRecord)
+    finally:
+        plan.T.forget_types()
+
+
+def _plan_back(record: UndoRecord) -> Plan:
+    """The plan that puts every recorded object back where the move found it."""
     plan = Plan(record.namespace, "", explicit=False)
     ns = record.namespace
     targets: set[str] = set()
@@ -148,16 +159,15 @@ def undo(record: UndoRecord, progress: ProgressCallback | None) -> MoveResult:
         _guarded(plan, entry, add_optimizer, obj, entry.layout)
     add_followers(plan)
     plan.label = ", ".join(sorted(targets, key=device_sort_key)) or "original devices"
-    try:
-        return execute(plan, progress, started, None, to_meta=False, record_undo=UndoRecord)
-    finally:
-        plan.T.forget_types()
+    return plan
 
 
 def _guarded(plan: Plan, entry: UndoEntry, plan_it: Any, *args: Any) -> None:
     """Plan one module or optimizer back; one that cannot be planned is skipped with why."""
     try:
         plan_it(plan, entry.name, *args, listed=entry.top)
+    except SavedByAGraph as e:
+        raise MoveError(f"nothing was undone: {e}") from None
     except Refused as e:
         plan.skipped.append((entry.name, str(e)))
     except Exception as e:
