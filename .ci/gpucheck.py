@@ -270,7 +270,7 @@ def run_logged(command: list[str], log: Path, context: Context, timeout: float) 
         message = f"killed after {timeout:.0f} s (this step's share of the time)"
         with open(log, "a") as out:
             out.write(message + "\n")
-        return 124, message
+        return 124, "".join(lines) + message
     return rc, "".join(lines)
 
 
@@ -316,10 +316,8 @@ def pytest_step(
         f"{len(outcomes.skipped)} skipped (pytest exit {rc})"
     ]
     ok = rc == 0 and not outcomes.failed and bool(outcomes.passed or outcomes.skipped)
-    if rc == 124:
-        lines.append(output)
-    elif rc not in (0, 1) or not (outcomes.passed or outcomes.failed or outcomes.skipped):
-        # collection broke, or pytest itself did: its last lines say why
+    if rc not in (0, 1) or not (outcomes.passed or outcomes.failed or outcomes.skipped):
+        # killed, collection broke, or pytest itself did: its last lines say why
         lines += ["pytest's last lines:", *output.strip().splitlines()[-SUMMARY_LINES:]]
     lines += [f"FAILED {t}" for t in outcomes.failed[:SUMMARY_LINES]]
     if len(outcomes.failed) > SUMMARY_LINES:
@@ -446,7 +444,15 @@ def check(args: argparse.Namespace) -> int:
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYDEVD_DISABLE_FILE_VALIDATION="1")
     scratch = Path(tempfile.mkdtemp(prefix="gpucheck-scratch-"))
     context = Context(sys.executable, env, logs, scratch, False, time.monotonic() + args.budget)
+    try:
+        return run_steps(context, args)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_steps(context: Context, args: argparse.Namespace) -> int:
     steps: list[Step] = []
+    env = context.env
     if args.image:
         # kernels, IPython profiles and ipyparallel's files in a folder of their own
         for variable, folder in (
@@ -454,7 +460,7 @@ def check(args: argparse.Namespace) -> int:
             ("JUPYTER_CONFIG_DIR", "jupyter-config"),
             ("IPYTHONDIR", "ipython"),
         ):
-            env[variable] = str(scratch / folder)
+            env[variable] = str(context.scratch / folder)
         site = Path(args.site)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(ROOT), str(site), *filter(None, [os.environ.get("PYTHONPATH")])]
