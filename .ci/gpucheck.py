@@ -287,7 +287,7 @@ def read_junit(path: Path) -> Outcomes:
         skip = case.find("skipped")
         if problem is not None:
             first = (problem.get("message") or problem.text or "").strip().splitlines()
-            outcomes.failed.append(f"{test}: {(first or ['?'])[0][:220]}")
+            outcomes.failed.append(f"{test}: {(first or ['?'])[0][:160]}")
         elif skip is not None:
             outcomes.skipped.append(f"{test}: {(skip.get('message') or '')[:160]}")
         else:
@@ -304,7 +304,8 @@ def pytest_step(
     name: str, targets: list[str], marker: list[str], context: Context, share: float
 ) -> Step:
     log, xml = context.logs / f"{name}.log", context.scratch / f"{name}.xml"
-    command = [context.python, "-m", "pytest", *marker, "-q", "-rfEs", "-p", "no:cacheprovider"]
+    command = [context.python, "-m", "pytest", *marker, "-q", "-rfEs", "--durations=10"]
+    command += ["-p", "no:cacheprovider"]
     command += ["-o", "junit_family=xunit1", f"--junitxml={xml}", *targets]
     print(f"\n==> {name}: {' '.join(command[1:])}", flush=True)
     start = time.monotonic()
@@ -510,7 +511,11 @@ def main() -> int:
         help="--image: where the wheels are installed",
     )
     run.add_argument(
-        "--budget", type=float, default=540.0, help="seconds for all steps (each gets a share)"
+        "--budget",
+        type=float,
+        default=420.0,
+        help="seconds for all steps, each killed past its share (a lent machine's command may "
+        "run 10 minutes: this leaves room to start it and to read what it left)",
     )
     run.add_argument("pytest_args", nargs="*", help="after --: more arguments for the CUDA tests")
     args = parser.parse_args()
