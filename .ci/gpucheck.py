@@ -86,8 +86,9 @@ WHEELS = {
     # tests/trace/test_meta_opdb.py skips its whole module without it
     "expecttest": "0.3.0",
 }
-#: packages the wheels above require that the image already holds (its package list)
+#: what the image already holds (its package list) that the wheels above or the project need
 IMAGE_HAS = {
+    # the wheels' requirements
     "attrs",
     "packaging",
     "psutil",
@@ -95,6 +96,14 @@ IMAGE_HAS = {
     "python_dateutil",
     "tqdm",
     "typing_extensions",
+    # the project's own imports (tests/test_gpu_image_wheels.py reads them)
+    "accelerate",
+    "hypothesis",
+    "numpy",
+    "pandas",
+    "pytest",
+    "pyyaml",
+    "torch",
 }
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (28, 27, 24, 17)] + [
     "manylinux2014_x86_64",
