@@ -77,6 +77,8 @@ def test_every_package_the_gpu_check_imports_travels_or_is_on_the_image() -> Non
         for module in imported_modules(source):
             if module in sys.stdlib_module_names or module in NOT_ON_THE_GPU_PATH:
                 continue
+            if module == "torchdevice_magic":  # the checkout itself travels
+                continue
             for distribution in distributions.get(module, []):  # none: the project's own
                 if check.canonical(distribution) not in available:
                     missing.setdefault(distribution, set()).add(where)
