@@ -99,3 +99,31 @@ def test_two_names_sharing_a_graph_in_one_cell_each_hold_all_it_saved() -> None:
     held = record(timeline, scanner, 1, namespace, ["out", "loss"])
     assert held["name\x00out\x00graph"] == {"cpu": 2 * 16 * 32 * 4}
     assert held["name\x00loss\x00graph"] == {"cpu": 2 * 16 * 32 * 4}
+
+
+class FreshNode:
+    """A graph node as torch 2.11 hands it to Python: a new object at every
+    ``next_functions`` read, freed once the walk moves on (its id then free for the next)."""
+
+    def __init__(self, saved: list[torch.Tensor], index: int) -> None:
+        self._all, self._index = saved, index
+
+    @property
+    def _saved_self(self) -> torch.Tensor:
+        return self._all[self._index]
+
+    @property
+    def next_functions(self) -> tuple[tuple[FreshNode, int], ...]:
+        following = self._index + 1
+        return ((FreshNode(self._all, following), 0),) if following < len(self._all) else ()
+
+
+class RootOf:
+    def __init__(self, node: FreshNode) -> None:
+        self.grad_fn = node
+
+
+def test_a_graph_whose_nodes_python_makes_afresh_is_walked_whole():
+    saved = [torch.zeros(1) for _ in range(20)]
+    found = graph_tensors([RootOf(FreshNode(saved, 0))])
+    assert [id(t) for t in found] == [id(t) for t in saved]

@@ -43,7 +43,10 @@ def graph_tensors(roots: Iterable[Any], limit: int = 200_000) -> list[Any]:
     tensors (``_saved_*``; freed after ``backward()``), custom Functions' ``saved_tensors``, and
     the leaves ``AccumulateGrad`` nodes hold. Walks graph nodes, not user objects."""
     found: list[Any] = []
-    seen: set[int] = set()
+    # each node walked, kept until the walk ends: a torch that makes a node's Python object
+    # afresh at every ``next_functions`` read (2.11) frees it once the walk moves on, and a
+    # later node's object may take its id
+    seen: dict[int, Any] = {}
     stack = []
     for tensor in roots:
         try:
@@ -58,7 +61,7 @@ def graph_tensors(roots: Iterable[Any], limit: int = 200_000) -> list[Any]:
         node = stack.pop()
         if id(node) in seen:
             continue
-        seen.add(id(node))
+        seen[id(node)] = node
         names = _saved_names(node)
         has_variable, has_context = _NODE_PARTS[type(node)]
         for name in names:
