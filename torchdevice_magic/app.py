@@ -268,7 +268,7 @@ class DeviceController:
                 self.last_undoable = False
                 summary += " (cannot be undone: meta keeps no data)"
         self.last_action = _outcome("move", result.ok, summary, result.skipped)
-        self.after_action()
+        self.after_action(f"move to {result.device}" if result.ok and result.moved else "")
         return result
 
     def undo(self, progress: Callable[[int, int], None] | None = None) -> Any:
@@ -280,7 +280,7 @@ class DeviceController:
         if result.ok:
             self.undo_stack.pop()
         self.last_action = _outcome("undo", result.ok, result.summary(), result.skipped)
-        self.after_action()
+        self.after_action("undo" if result.ok and result.moved else "")
         return result
 
     def can_move(self, device: str, names: tuple[str, ...] | list[str]) -> str | None:
@@ -294,12 +294,22 @@ class DeviceController:
             return str(error) or type(error).__name__
         return None
 
-    def after_action(self) -> None:
+    def after_action(self, action: str = "") -> None:
+        """After a move or undo (``action`` names what moved something: "move to cuda:0",
+        "undo"; "" when nothing moved): the views, and the memory timeline's rows for it, so
+        the chart shows the move at once, not with the next cell."""
         # a move rebinds names and moves modules in place: look at everything again, holders
         # too (a failed cell's frames still reach the moved model)
         self.actions += 1
         holders_changed()
-        self.full_scan()
+        inventory = self.full_scan()
+        cell = self.timeline.last_cell
+        if action and cell is not None:
+            try:
+                figures = {d: (a, r, None) for d, (a, r, _) in device_figures().items()}
+                self.timeline.record(cell, inventory, self.namespace, cuda=figures, action=action)
+            except Exception:  # the chart must never cost the user the move's outcome
+                log.exception("torchdevice_magic: recording the move's memory failed")
         self.refresh_views()
 
     def settings_changed(self) -> None:

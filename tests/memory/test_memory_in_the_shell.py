@@ -39,7 +39,8 @@ def test_per_cell_deltas_are_exactly_the_bytes_each_cell_created(ip):
         delta = sum(r.delta for r in rows)
         assert delta == created, (cell, rows)
     frame = ip.run_line_magic("devices", "--timeline -o")
-    assert list(frame.columns) == ["cell", "device", "bytes", "delta", "peak", "grew"]
+    assert list(frame.columns) == ["cell", "device", "bytes", "delta", "peak", "grew", "action"]
+    assert (frame["action"] == "").all()  # every row a cell's: nothing was moved
     assert set(frame["device"]) == {"cpu"} and frame["peak"].isna().all()  # no CUDA here
     assert frame["bytes"].iloc[-1] == 40 + 300 + 1200 + 880  # b, xs, Out, model + grads
     grew = dict(zip(frame["cell"], frame["grew"], strict=True))

@@ -606,3 +606,30 @@ def test_a_status_reaches_a_sidebar_when_it_changes_and_only_then(channel, shell
     replies, _ = later.request({"type": "refresh", "request_id": "r"})
     assert replies[0]["ok"] and [m["on"] for m in later.sent if m["type"] == "lamp"] == [False]
     assert [m["on"] for m in fake.sent if m["type"] == "lamp"] == [False]
+
+
+def test_a_move_from_the_sidebar_carries_its_own_chart_rows(channel, shell):
+    """The chart agrees with the totals as soon as a move is made: the move's delta carries
+    rows of its own ("by the move to meta"), following the chart the sidebar has."""
+    session, fake = channel
+    session.config.allow_meta_target = True
+    mirror = Mirror()
+    for message in fake.sent:
+        mirror.apply(message)
+    fake.sent.clear()
+    shell.run_cell("big = torch.ones(1000)", store_history=True)
+    for message in fake.sent:
+        mirror.apply(message)
+    fake.sent.clear()
+    replies, updates = fake.request(
+        {"type": "move", "request_id": "m", "device": "meta", "names": ["big"]}
+    )
+    assert replies[0]["ok"]
+    for message in fake.sent:
+        mirror.apply(message)
+    [delta] = updates
+    rows = delta["timeline"]["rows"]
+    assert [row["device"] for row in rows] == ["cpu"]  # meta holds no bytes
+    assert rows[0]["delta"] == -4000
+    assert rows[0]["label"].endswith("(-3.9 KiB by the move to meta)"), rows[0]["label"]
+    assert mirror.chart == protocol.timeline(session.app.timeline.to_json())["rows"]

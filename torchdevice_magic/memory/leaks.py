@@ -52,6 +52,11 @@ class TrackedHolder:
             self.warned = False
         return grew
 
+    def moved(self, source: _Source) -> None:
+        """Take a measurement made after a move or undo: the storages it keeps now (a moved
+        tensor's are new ones), its growth over earlier cells kept as it was."""
+        self.source, self.storages = source, frozenset(source.keys)
+
     def leaking(self) -> bool:
         """It grew in this measurement and earlier ones in a row, and a cell that grew it now
         had grown it before: the same code, run again, added to it again."""

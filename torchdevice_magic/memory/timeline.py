@@ -43,7 +43,8 @@ CHART_CELLS = 40
 
 @dataclass
 class CellMemory:
-    """One row of the timeline: a cell on a device."""
+    """One row of the timeline: a cell on a device, or a move or undo made after the cell
+    ``cell`` (``action`` says which: ``"move to cuda:0"``, ``"undo"``; "" for a cell's row)."""
 
     cell: int
     device: str
@@ -57,6 +58,7 @@ class CellMemory:
     #: of ``bytes``, what holders outside the named variables keep (the last error's
     #: traceback, Out[...]...): ``bytes - outside`` is what the device table's total shows
     outside: int = 0
+    action: str = ""
 
     @property
     def grew(self) -> str:
@@ -75,6 +77,7 @@ class CellMemory:
             "changes": [list(c) for c in self.changes],
             "note": self.note,
             "outside": self.outside,
+            "action": self.action,
         }
 
 
@@ -103,6 +106,8 @@ class Timeline:
         #: rows ever recorded (``rows`` keeps the last ``limit``): a sidebar that has the
         #: first ``n`` is sent only the rows after them
         self.recorded = 0
+        #: the last cell recorded (None: none yet): a move or undo is recorded after it
+        self.last_cell: int | None = None
         self.forgotten: dict[str, Keys] = {}
         self._previous: Inventory | None = None
         self._totals: dict[str, int] = {}
@@ -131,8 +136,14 @@ class Timeline:
         *,
         error: BaseException | None = None,
         cuda: Mapping[str, tuple[int | None, int | None, int | None]] | None = None,
+        action: str = "",
     ) -> tuple[list[CellMemory], list[str]]:
-        """Record the cell; return its rows and any leak warnings (one line each)."""
+        """Record the cell; return its rows and any leak warnings (one line each).
+
+        ``action``: not a cell but a move or undo made after cell ``cell`` (the sidebar's
+        buttons, a fix button): its rows show what it changed on each device, at once rather
+        than with the next cell. It takes the holders' new storages without counting them
+        as a run of any cell (a leak is growth over runs of cells), and warns of nothing."""
         if not inventory.torch_imported:
             return [], []
         names = [n for n in dict.fromkeys(names) if not is_ipython_bookkeeping(n)]
@@ -148,7 +159,7 @@ class Timeline:
             # a module was deleted or rebound: its parameters may now be held only by an
             # optimizer, so measure the optimizers again
             names += [n for n in _optimizer_names(namespace) if n not in names]
-        changed_holders = self._update_holders(namespace, inventory, names, named)
+        changed_holders = self._update_holders(namespace, inventory, names, named, bool(action))
         present = namespace.keys() if hasattr(namespace, "keys") else set()
         for name in names:
             if name in present:
@@ -165,7 +176,11 @@ class Timeline:
         looked_at = set(changed) if changed is not None else None
         changes, note = self._name_changes(previous, inventory, namespace, names, named, looked_at)
         changes.extend(changed_holders)
-        warnings = [line for tracked in self._tracked.values() for line in tracked.warnings()]
+        warnings = (
+            [line for tracked in self._tracked.values() for line in tracked.warnings()]
+            if not action
+            else []
+        )
         rows = []
         for dev in sorted(set(totals) | set(self._totals), key=device_sort_key):
             now, before = totals.get(dev, 0), self._totals.get(dev, 0)
@@ -186,10 +201,13 @@ class Timeline:
                     tuple(mine[:3]),
                     note.get(dev, ""),
                     outside.get(dev, 0),
+                    action,
                 )  # fmt: skip
             )
         self._totals = totals
         self._previous = inventory
+        if not action:
+            self.last_cell = cell
         self.rows.extend(rows)
         self.recorded += len(rows)
         del self.rows[: max(0, len(self.rows) - self.limit)]
@@ -304,7 +322,12 @@ class Timeline:
         return changes, notes
 
     def _update_holders(
-        self, namespace: Any, inventory: Inventory, names: list[str], named: Keys
+        self,
+        namespace: Any,
+        inventory: Inventory,
+        names: list[str],
+        named: Keys,
+        after_action: bool = False,
     ) -> list[tuple[str, str, int]]:
         """Re-measure the holders this cell could have changed (its names, a new error, new
         ``Out`` entries; everything after a release); return (holder, device, growth)."""
@@ -366,10 +389,14 @@ class Timeline:
                     without_optimizers = _named_keys_without_optimizers(namespace, inventory)
             for brought in _name_sources(namespace, name, value, without_optimizers or {}, memo):
                 fresh[f"name\x00{name}\x00{brought.key}"] = brought
-        return self._remeasure(fresh, names, named)
+        return self._remeasure(fresh, names, named, after_action)
 
     def _remeasure(
-        self, fresh: dict[str, _Source | None], names: list[str], named: Keys
+        self,
+        fresh: dict[str, _Source | None],
+        names: list[str],
+        named: Keys,
+        after_action: bool = False,
     ) -> list[tuple[str, str, int]]:
         """Take the holders' new measurements (None: gone); return (holder, device, change in
         the bytes it holds beyond the named storages)."""
@@ -388,7 +415,10 @@ class Timeline:
                 # a name's holder first seen after a cell that did not bind the name: the
                 # cell added to what the name already held
                 bound = label[:5] == "name\x00" and label.split("\x00")[1] in self._bound
-                tracked.measured(source, cell, first_grows=bound)
+                if after_action:  # new storages, but no cell ran: no growth to count
+                    tracked.moved(source)
+                else:
+                    tracked.measured(source, cell, first_grows=bound)
                 subtract = named if source.subtract is None else source.subtract
                 new = _by_device({k: v for k, v in source.keys.items() if k not in subtract})
                 tracked.last_bytes = new
@@ -402,7 +432,7 @@ class Timeline:
     def to_frame(self) -> Any:
         import pandas as pd
 
-        columns = ["cell", "device", "bytes", "delta", "peak", "grew"]
+        columns = ["cell", "device", "bytes", "delta", "peak", "grew", "action"]
         rows = [{c: row.to_dict()[c] for c in columns} for row in self.rows]
         frame = pd.DataFrame(rows, columns=columns)
         frame["peak"] = pd.array(frame["peak"].tolist(), dtype="Int64")
@@ -415,7 +445,7 @@ class Timeline:
         header = ("cell", "device", "held", "change", "peak", "grew / shrank")
         table = [header] + [
             (
-                str(r.cell),
+                f"{r.cell}, then {r.action}" if r.action else str(r.cell),
                 r.device,
                 format_bytes(r.bytes),
                 _signed(r.delta),

@@ -19,20 +19,24 @@ def change_text(nbytes: int) -> str:
 
 
 def held_label(row: Mapping[str, Any]) -> str:
-    """What the device holds after the row's cell and, apart, what of it holders outside the
-    named variables keep, so it agrees with the device table's total (the variables only)."""
+    """What the device holds after the row's cell (or the move or undo after it) and, apart,
+    what of it holders outside the named variables keep, so it agrees with the device
+    table's total (the variables only)."""
     outside = row["outside"]
     kept = f", {format_bytes(outside)} of it outside your variables" if outside > 0 else ""
     held = format_bytes(row["bytes"])
-    return f"{row['device']}: {held} held{kept} ({change_text(row['delta'])} last cell)"
+    by = f"by the {row['action']}" if row.get("action") else "last cell"
+    return f"{row['device']}: {held} held{kept} ({change_text(row['delta'])} {by})"
 
 
 def point_tooltip(row: Mapping[str, Any]) -> str:
     """One point's tooltip: the cell, the device, its change, the peak, what grew, the note."""
-    text = (
-        f"cell {row['cell']}, {row['device']}: {format_bytes(row['bytes'])} "
-        f"({change_text(row['delta'])})"
+    when = (
+        f"the {row['action']} after cell {row['cell']}"
+        if row.get("action")
+        else f"cell {row['cell']}"
     )
+    text = f"{when}, {row['device']}: {format_bytes(row['bytes'])} ({change_text(row['delta'])})"
     if row["peak"] is not None:
         text += f", peak {format_bytes(row['peak'])}"
     for name, nbytes in row["changes"]:
