@@ -175,3 +175,25 @@ def test_the_controller_imports_no_ipython_layer() -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.simulated
+def test_adams_step_counters_left_on_the_cpu_are_named_in_the_totals_note(
+    simulated_device: str,
+) -> None:
+    """After Adam's state moved to the accelerator, torch keeps its 0-dim step counters on
+    the CPU: the cpu total shows their bytes though no row is on the cpu, and the note says
+    what they are."""
+    model = nn.Linear(4, 3)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    app = DeviceController({"model": model, "opt": opt}, PlainSettings())
+    assert "step counters" not in app.header().totals_note  # all on the cpu: nothing apart
+    assert app.move(simulated_device).ok
+    header = app.header()
+    steps = 2 * 4  # one float32 counter per parameter
+    assert {bar.device: bar.bytes for bar in header.bars}["cpu"] == steps
+    assert header.totals_note.endswith(
+        f"; {steps} B on the cpu are optimizer step counters, which torch keeps on the CPU."
+    ), header.totals_note

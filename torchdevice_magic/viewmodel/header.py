@@ -99,6 +99,9 @@ class Tally:
     hidden: int = 0
     shared: int = 0
     actionable: int = 0  # rows whose button can move them to ``target``
+    #: optimizer state on the cpu that no optimizer row names: the 0-dim ``step`` counters
+    #: torch keeps on the CPU for state on an accelerator (the cpu total shows them)
+    counters: int = 0
 
     def add(self, records: Iterable[Any], sign: int = 1) -> None:
         target = self.target
@@ -111,6 +114,8 @@ class Tally:
                 self.grads += sign * record.grad_bytes
                 if record.kind == "optimizer":
                     self.optim += sign * record.bytes
+                    if record.devices and "cpu" not in record.devices:
+                        self.counters += sign * record.bytes_by_device.get("cpu", 0)
             if record.shares_with:
                 self.shared += sign
             if can_move is not None and can_move(record):
@@ -174,6 +179,11 @@ def totals_note(counts: Tally) -> str:
         text += ", including " + " and ".join(parts)
     if counts.shared:
         text += "; shared storages (views, aliases, tied weights) are counted once"
+    if counts.counters:
+        text += (
+            f"; {format_bytes(counts.counters)} on the cpu are optimizer step counters, which"
+            " torch keeps on the CPU"
+        )
     if counts.hidden:
         text += (
             f"; + {format_bytes(counts.hidden)} held by output history (listed, not in the totals)"
