@@ -23,7 +23,7 @@ from torch import nn
 
 import torchdevice_magic
 from torchdevice_magic import objects
-from torchdevice_magic.moves import MovedItem, move
+from torchdevice_magic.moves import MovedItem, MoveError, move
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -288,8 +288,10 @@ def test_move_all_reaches_every_kind_the_scan_lists_as_movable() -> None:
     result = move(ns, "meta")
     assert result.ok, result.failed
     assert {i.name for i in result.moved} == movable  # the rule: listed movable == moved
-    assert not result.skipped, result.skipped
-    # (Adam's step counters stay on the CPU, where torch keeps them)
+    # a DataLoader's data stays (its batches move in the loop), and the move says so
+    assert result.skipped == [("loader", objects.LOADER_DATA_STAYS)], result.skipped
+    # (Adam's step counters stay on the CPU, where torch keeps them; the loader's dataset is
+    # also `subset`'s, which moved it)
     left = [p for p, t in all_tensors(ns) if t.device.type != "meta" and not p.endswith(".step")]
     assert not left, left
     assert identities(ns) == ids
@@ -355,3 +357,36 @@ def test_a_tuple_held_twice_in_one_name_is_rebuilt_once_for_both_places() -> Non
     assert result.ok and result.still_held_bytes == 0  # no place kept the old tuple
     assert data["train"] is data["val"] is data["log"][0] and id(data["train"]) != old
     assert all(t.device.type == "meta" for t in data["val"])
+
+
+def test_a_dataloaders_data_stays_where_it_is_when_what_holds_it_moves() -> None:
+    """Moving a trainer (or everything) moves its model, never its DataLoader's dataset: the
+    batches move in the loop, and a dataset on an accelerator breaks pin_memory and forked
+    workers. The table marks those rows, the result names each loader, and naming the
+    loader itself is refused with the reason."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Trainer:
+        def __init__(self) -> None:
+            self.model = nn.Linear(4, 2)
+            data = TensorDataset(torch.randn(8, 4), torch.zeros(8))
+            self.loader = DataLoader(data, batch_size=4, pin_memory=True)
+
+    ns = {"trainer": Trainer(), "dl": DataLoader(TensorDataset(torch.randn(6, 3)), batch_size=3)}
+    rows = {r.name: r for r in torchdevice_magic.scan(ns).records}
+    for name in ("trainer.loader.dataset.tensors[0]", "dl.dataset.tensors[0]"):
+        assert not rows[name].movable and rows[name].movable_reason == objects.LOADER_DATA_STAYS
+    assert rows["trainer.model"].movable
+    result = move(ns, "meta")
+    assert result.ok and [i.name for i in result.moved] == ["trainer"], result.summary()
+    assert result.skipped == [
+        ("trainer.loader", objects.LOADER_DATA_STAYS),
+        ("dl", objects.LOADER_DATA_STAYS),
+    ]
+    trainer = ns["trainer"]
+    assert trainer.model.weight.device.type == "meta"
+    assert all(t.device.type == "cpu" for t in trainer.loader.dataset.tensors)
+    assert next(iter(trainer.loader))[0].shape == (4, 4)  # it still loads its batches
+    with pytest.raises(MoveError, match="a DataLoader's data stays where it is"):
+        move(ns, "meta", ["dl"])
+    assert ns["dl"].dataset.tensors[0].device.type == "cpu"

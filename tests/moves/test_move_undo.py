@@ -174,7 +174,8 @@ def test_move_all_and_undo_on_a_device_with_data(simulated_device: str) -> None:
     values = {path: t.detach().cpu().clone() for path, t in all_tensors(ns)}
     devices = {path: t.device for path, t in all_tensors(ns)}
     result = move(ns, simulated_device)
-    assert result.ok and not result.skipped, (result.failed, result.skipped)
+    # a DataLoader's data stays (its dataset is also `subset`'s, which moves it)
+    assert result.ok and [n for n, _ in result.skipped] == ["loader"], result
     now = all_tensors(ns)
     assert {path for path, _t in now} == set(values)
     for path, t in now:

@@ -31,6 +31,8 @@ class Reached(NamedTuple):
     chain: tuple[Link, ...]  # (holder, holder kind, key), leaf's holder first
     value: Any
     kind: str
+    #: the path of the DataLoader it is data of (None: none): it stays where it is
+    loader: str | None = None
 
 
 def is_mutable(holder: Any, kind: str) -> bool:
@@ -52,6 +54,7 @@ def reach(T: Any, ns: Any, name: str, value: Any) -> tuple[list[Reached], Any]:
     nodes = walked.nodes
 
     def held(index: int, key: Any, label: str, child: Any, kind: str) -> Reached:
+        loader = objects.loader_above(walked, index)
         chain: list[Link] = []
         keys: list[Any] = []
         while index >= 0:
@@ -61,7 +64,7 @@ def reach(T: Any, ns: Any, name: str, value: Any) -> tuple[list[Reached], Any]:
             index, key = node.parent, node.key
         chain.append((ns, NAMESPACE, name))
         keys.reverse()
-        return Reached(label, tuple(keys), tuple(chain), child, kind)
+        return Reached(label, tuple(keys), tuple(chain), child, kind, loader)
 
     found = [held(leaf.node, leaf.key, leaf.path, leaf.value, leaf.kind) for leaf in walked.leaves]
     # an immutable composite held a second time (one tuple in two lists): when it is rebuilt,

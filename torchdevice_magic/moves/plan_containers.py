@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import objects
-from ..objects import Kind
+from ..objects import LOADER_DATA_STAYS, Kind
 from .jobs import Plan, PlannedItem, Refused, device_names, storage_of
 from .places import ALIAS, Reached
 from .plan_modules import add_module, is_parameter, move_param_in_place
@@ -122,12 +122,16 @@ def add_container(plan: Plan, name: str, obj: Any, dest: Any, layout: Any) -> No
     leaves: list[tuple[tuple[Any, ...], Any, Any]] = []
     planned: list[tuple[Reached, Any]] = []
     skipped_before = len(plan.skipped)
+    loaders: dict[str, None] = {}  # the DataLoaders whose data this move leaves, in order
     for r in sorted_.tensors:
         t = r.value
         dev = t.device
         devices.add(dev)
         want = target(r.path, t)
         if want is None or dev == want:
+            continue
+        if r.loader is not None and dest is not None:
+            loaders[r.loader] = None
             continue
         try:
             plan.check_meta_source(name, dev, want, r.label)
@@ -141,6 +145,10 @@ def add_container(plan: Plan, name: str, obj: Any, dest: Any, layout: Any) -> No
     wants = {w for _r, w in planned}
     for item in nested:
         wants.update(plan.torch.device(d) for d in item.to_device.split(", "))
+    if not planned and not nested and loaders:
+        plan.skip_or_refuse(name, LOADER_DATA_STAYS)  # (named: refused, saying why)
+        return
+    plan.skipped.extend((loader, LOADER_DATA_STAYS) for loader in loaders)
     if not planned and not nested:
         if not found:
             plan.skip_or_refuse(name, f"{name} holds no tensors")

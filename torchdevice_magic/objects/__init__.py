@@ -114,6 +114,7 @@ from .storage import (
 from .storage import unusual_storages as unusual_storages
 from .walker import (
     ELEMENT_CAP,
+    LOADER_DATA_STAYS,
     MAX_DEPTH,
     Leaf,
     Node,
@@ -123,6 +124,7 @@ from .walker import (
     children,
     holds_nothing,
     label,
+    loader_above,
     signature,
     size,
     structure,
@@ -148,6 +150,8 @@ __all__ = [
     "kind_of_type",
     "children",
     "label",
+    "loader_above",
+    "LOADER_DATA_STAYS",
     "Leaf",
     "Node",
     "Walk",

@@ -197,6 +197,28 @@ class Walk:
         self.max_depth = max_depth
 
 
+#: Why a DataLoader's data stays where it is when what holds it moves (a dataset on an
+#: accelerator breaks ``pin_memory`` and forked workers; only the batch needs to be there):
+#: the scan's row and the mover say the same
+LOADER_DATA_STAYS = (
+    "a DataLoader's data stays where it is: move each batch in the loop"
+    " (batch.to(device, non_blocking=True))"
+)
+
+
+def loader_above(walked: Walk, index: int) -> str | None:
+    """The path of the DataLoader that is node ``index`` or holds it, or None: a loader's data
+    stays where it is when what holds it moves (its batches move in the training loop; a
+    dataset on an accelerator breaks ``pin_memory`` and forked workers)."""
+    nodes = walked.nodes
+    while index >= 0:
+        node = nodes[index]
+        if node.kind == Kind.DATALOADER:
+            return node.path
+        index = node.parent
+    return None
+
+
 def walk(
     T: TorchTypes,
     value: Any,

@@ -12,6 +12,7 @@ Pure core: no IPython, no ipywidgets, never imports torch. Walks only through
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from itertools import compress
 from math import prod
 from typing import Any
@@ -113,6 +114,14 @@ def _composite_entry(T: TorchTypes, value: Any, name: str, kind: str) -> _Entry:
                 record = _unreadable(path, item, error, root=name)
             volatile = volatile or record.requires_grad
         storages.update(own)
+        if objects.loader_above(walked, leaf.node) is not None:
+            # what moves with its holder is the rest: the row's button says why not this
+            record = replace(
+                record,
+                movable=False,
+                movable_reason=objects.LOADER_DATA_STAYS,
+                note=record.note or objects.LOADER_DATA_STAYS,
+            )
         if aggregate:
             summary.add_record(record)
         else:
