@@ -526,3 +526,26 @@ def test_no_button_for_a_name_the_failing_cell_makes_again(ip, shown, simulated_
     d2 = failing(ip, "x = torch.randn(4, 3)\ny = model(x)")
     assert d2.action is None and d2.safe
     assert d2.fix == f'x = x.to("{dev}")'
+
+
+@pytest.mark.simulated
+def test_the_dry_run_does_not_list_a_librarys_view_of_the_cells_tensor(
+    ip, shown, simulated_device, library_on_path
+) -> None:
+    """The dry run's fakes: the library's forward() reads a fake view of the cell's fake
+    ``input_ids``; the view shares the fake's storage as a real view does, so it is not listed
+    beside the cell's own ``input_ids`` (it was, as a second culprit of 0 B)."""
+    from torchdevice_magic import dry_run
+
+    setup(
+        ip,
+        "import torch\nfrom stretchlib import TinyLM\n"
+        "model = TinyLM().to(DEV)\ninput_ids = torch.randint(0, 10, (2, 3))",
+        simulated_device,
+    )
+    report = dry_run("out = model(input_ids)", ip.user_ns)
+    assert report.diagnosis is not None, report.text()
+    assert [c.name for c in report.diagnosis.culprits] == ["input_ids", "model"], report.text()
+    assert [(f.where, f.source) for f in report.diagnosis.fix_lines] == [
+        ("cell", f'input_ids = input_ids.to("{simulated_device}")')
+    ]

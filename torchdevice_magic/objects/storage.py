@@ -5,6 +5,7 @@ quantized and fake tensors).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, NamedTuple
 
 from .kinds import TorchTypes, _class_attr, _mro_of, instance_dict
@@ -137,10 +138,23 @@ def unusual_storages(T: TorchTypes, tensor: Any, device: str, into: Storages) ->
             total += add_storages(T, part, device, into)
     if inner:
         return total
-    # Fake and other storage-less tensors: count what they would need, under a private key.
+    # Fake and other storage-less tensors: count what they would need. A fake tensor's
+    # storage is a real object that its views share (its data pointer is 0): keyed by it, a
+    # view of a fake shares with its base, as a view of a real tensor does (the dry run tells
+    # a library's view of the cell's tensor from a culprit of its own so). Anything else: a
+    # private key.
     try:
         nbytes = int(tensor.numel()) * int(tensor.element_size())
     except Exception:
         nbytes = 0
-    into[(device, "object", id(tensor))] = (device, nbytes)
+    key: StorageKey = (device, "object", id(tensor))
+    if "Fake" in type(tensor).__name__:
+        try:
+            with warnings.catch_warnings():  # torch warns that a fake's storage holds no data
+                warnings.simplefilter("ignore")
+                storage = tensor.untyped_storage()
+                key, nbytes = (device, "impl", storage._cdata), int(storage.nbytes())
+        except Exception:
+            pass
+    into[key] = (device, nbytes)
     return nbytes
