@@ -477,7 +477,7 @@ def test_a_non_persistent_buffer_left_on_meta_is_named_and_never_called_fixed(
     d = failing(ip, "y = m(x)")
     # the buffer no state dict holds is the culprit, listed first, on meta
     assert d.culprits[0].name == "m.inv_freq" and d.culprits[0].devices == ("meta",)
-    assert "on meta in m: buffers inv_freq." in d.note  # a buffer, not "parameters"
+    assert "m holds tensors on meta (no data): buffers inv_freq." in d.note  # not "parameters"
     assert not d.safe and "non-persistent buffer" in d.why_no_fix
 
 

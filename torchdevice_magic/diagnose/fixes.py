@@ -189,7 +189,7 @@ def materialise_meta_module(
     )
     on_meta = _meta_tensor_names(obj, torch)
     if on_meta:
-        draft.notes.append(f"on meta in {name}: {on_meta}.")
+        draft.notes.append(f"{name} holds tensors on meta (no data): {on_meta}.")
     found = _checkpoint_name(namespace, obj, torch)
     if found is not None:
         draft.fix_lines.append(FixLine(fix_location(c), f"{name}.load_state_dict({found[1]})"))
