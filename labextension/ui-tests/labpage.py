@@ -1,9 +1,11 @@
 """What the browser tests do to JupyterLab's page more than once: run a cell as a user types
-it, and drag the right sidebar to a width."""
+it, drag the right sidebar to a width, open the sidebar and load the extension from it."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,8 @@ expect = pytest.importorskip(
 
 CELLS = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell"
 PANEL = "#torchdevice-magic-panel"
+TAB = 'li[data-id="torchdevice-magic-panel"]'
+LOAD = "button.jp-TorchDevices-load"
 
 
 def type_into_last_cell(page: Any, code: str) -> Any:
@@ -56,3 +60,39 @@ def set_sidebar_width(page: Any, width: int) -> float:
     page.mouse.up()
     page.wait_for_timeout(300)
     return float(panel.bounding_box()["width"])
+
+
+def row(name: str) -> str:
+    """The sidebar's row of the variable ``name``."""
+    return f'tr.jp-TorchDevices-row[data-name="{name}"]'
+
+
+def should_write(path: Path, env: str) -> bool:
+    """Write a screenshot or a note only when it is missing or ``env`` is set to 1."""
+    return os.environ.get(env) == "1" or not path.exists()
+
+
+def open_sidebar(page: Any) -> None:
+    panel = page.locator(PANEL)
+    if not panel.is_visible():
+        page.click(TAB)
+    expect(panel).to_be_visible()
+
+
+def ensure_loaded(page: Any) -> None:
+    """The extension is loaded in the kernel (the first sidebar test does it through the
+    button)."""
+    open_sidebar(page)
+    panel = page.locator(PANEL)
+    expect(panel).to_have_attribute("data-state", re.compile("^(not-loaded|ready)$"))
+    if panel.get_attribute("data-state") == "not-loaded":
+        page.click(LOAD)
+    expect(panel).to_have_attribute("data-state", "ready")
+
+
+def has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
