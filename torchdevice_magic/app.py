@@ -305,11 +305,7 @@ class DeviceController:
         inventory = self.full_scan()
         cell = self.timeline.last_cell
         if action and cell is not None:
-            try:
-                figures = {d: (a, r, None) for d, (a, r, _) in device_figures().items()}
-                self.timeline.record(cell, inventory, self.namespace, cuda=figures, action=action)
-            except Exception:  # the chart must never cost the user the move's outcome
-                log.exception("torchdevice_magic: recording the move's memory failed")
+            self.record_memory(cell, (), inventory, peak_from_cell_start=False, action=action)
         self.refresh_views()
 
     def settings_changed(self) -> None:
@@ -373,16 +369,20 @@ class DeviceController:
         names: tuple[str, ...],
         inventory: Inventory,
         peak_from_cell_start: bool,
+        action: str = "",
     ) -> list[str]:
-        """Add cell ``cell`` to the memory timeline (reusing the hook's scan); the leak
-        warnings it gives."""
+        """Add cell ``cell`` to the memory timeline (reusing the hook's scan), or with
+        ``action`` the move or undo made after it (:meth:`Timeline.record`); the leak warnings
+        it gives."""
         try:
             figures = device_figures()
             if not peak_from_cell_start:  # the peak is since some earlier cell: not shown
                 figures = {d: (a, r, None) for d, (a, r, _) in figures.items()}
-            _, warnings = self.timeline.record(cell, inventory, self.namespace, names, cuda=figures)
-        except Exception:  # the timeline must never cost the user the diagnosis
-            log.exception("torchdevice_magic: recording this cell's memory failed")
+            _, warnings = self.timeline.record(
+                cell, inventory, self.namespace, names, cuda=figures, action=action
+            )
+        except Exception:  # the timeline must never cost the user the diagnosis or the move
+            log.exception("torchdevice_magic: recording memory failed")
             return []
         return list(warnings)
 
