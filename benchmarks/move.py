@@ -11,8 +11,8 @@
    ``.to("cuda")`` loop and one pinned 1 GiB ``copy_``; GB/s and ratios. Target: ``move()``
    reaches >= 80% of the pinned copy's bandwidth. One pageable 1 GiB ``.to("cuda")`` is timed
    too (printed, not asserted): the sources of a move are pageable, so it shows what share of
-   the pinned bandwidth any copy from pageable memory gets on that machine. A 256 MiB model there and back through
-   ``move()`` against ``module.to``. The memory pre-check's prediction against the bytes
+   the pinned bandwidth any copy from pageable memory gets on that machine. A 256 MiB model
+   there and back through ``move()`` against ``module.to``. The memory pre-check's prediction against the bytes
    ``torch.cuda.memory_allocated`` says the move allocated (target: within 2%).
 
 ``--check`` (what ``./dev gpu-check`` runs) asserts the two GPU targets and exits non-zero on a

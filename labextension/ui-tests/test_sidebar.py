@@ -251,9 +251,8 @@ def test_move_all_to_meta_and_undo_is_not_offered(lab):
     views_before = int(page.locator(PANEL).get_attribute("data-views"))
     moved = _move_all(page, "meta")
     # the memory chart shows the move at once, before any cell runs, as the totals do
-    chart_label = page.locator(
-        '.jp-TorchDeviceMagic-timeline-device[data-device="cpu"] .jp-TorchDeviceMagic-timeline-label'
-    )
+    chart = page.locator('.jp-TorchDeviceMagic-timeline-device[data-device="cpu"]')
+    chart_label = chart.locator(".jp-TorchDeviceMagic-timeline-label")
     expect(chart_label).to_contain_text("cpu: 0 B held")
     expect(chart_label).to_contain_text("by the move to meta)")
     if os.environ.get("TDM_SHOT_DIR"):

@@ -7,8 +7,9 @@ re-pointed functions); run the cell there under the fake mode, the memory counte
 explained by :func:`..diagnose.diagnose` exactly as the real run's would be (the error is
 the one the real device raises, in its words: see :mod:`.gaps`), on the shadow namespace: its
 names are the user's, and a function's local is found under the name it has there (a fake
-reports the device of the real object it copies, and its culprit the real size); that stopped the run is a :class:`~.report.Stop`. Last, what the cell needs on each device
-beyond what it holds is compared with the device's free memory.
+reports the device of the real object it copies, and its culprit the real size); anything
+else that stopped the run is a :class:`~.report.Stop`. Last, what the cell needs on each
+device beyond what it holds is compared with the device's free memory.
 
 The user's objects are never touched: only their copies run, and nothing is written back.
 """
