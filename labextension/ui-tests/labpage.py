@@ -20,9 +20,10 @@ TAB = 'li[data-id="torchdevice-magic-panel"]'
 LOAD = "button.jp-TorchDevices-load"
 
 
-def type_into_last_cell(page: Any, code: str) -> Any:
-    """Type ``code`` into the notebook's last cell, as a user would; returns that cell."""
-    cells = page.locator(CELLS)
+def type_into_last_cell(page: Any, code: str, cells_selector: str = CELLS) -> Any:
+    """Type ``code`` into the notebook's last cell, as a user would; returns that cell.
+    ``cells_selector``: the notebook's cells where the page is not JupyterLab's (Notebook 7)."""
+    cells = page.locator(cells_selector)
     cell = cells.nth(cells.count() - 1)
     editor = cell.locator(".cm-content")
     editor.click()
@@ -38,9 +39,9 @@ def wait_finished(cell: Any, timeout: int = 60_000) -> None:
     expect(cell.locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\d+\]"), timeout=timeout)
 
 
-def run_cell(page: Any, code: str, timeout: int = 60_000) -> Any:
+def run_cell(page: Any, code: str, timeout: int = 60_000, cells_selector: str = CELLS) -> Any:
     """Type ``code`` into the last cell, Shift+Enter, wait until its prompt shows a count."""
-    cell = type_into_last_cell(page, code)
+    cell = type_into_last_cell(page, code, cells_selector)
     page.keyboard.press("Shift+Enter")
     wait_finished(cell, timeout)
     return cell

@@ -10,7 +10,7 @@ section away again. The cluster is stopped at the end, whatever happened.
 from __future__ import annotations
 
 import pytest
-from labpage import run_cell
+from labpage import PANEL, TAB, run_cell
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="the playwright package is not installed"
@@ -18,8 +18,6 @@ expect = pytest.importorskip(
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
-PANEL = "#torchdevice-magic-panel"
-TAB = 'li[data-id="torchdevice-magic-panel"]'
 SECTION = f"{PANEL} .jp-TorchDevices-engines"
 GATHER = f"{SECTION} button.jp-TorchDevices-engines-gather"
 CELL_TIMEOUT = 120_000

@@ -14,6 +14,7 @@ import functools
 import re
 
 import pytest
+from labpage import PANEL, TAB
 from labpage import run_cell as run_in_lab
 
 expect = pytest.importorskip(
@@ -22,8 +23,6 @@ expect = pytest.importorskip(
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
-PANEL = "#torchdevice-magic-panel"
-TAB = 'li[data-id="torchdevice-magic-panel"]'
 UNDO = "button.jp-TorchDevices-undo"
 STATUS = f"{PANEL} .jp-TorchDevices-status"
 FIX = "button.torchdevice-magic-fix"

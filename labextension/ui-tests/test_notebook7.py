@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import signal
 import socket
@@ -22,13 +21,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from labpage import PANEL
+from labpage import run_cell as run_in_lab
 
 pytest.importorskip("notebook", reason="Jupyter Notebook 7 is not installed")
 expect = pytest.importorskip("playwright.sync_api").expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
-PANEL = "#torchdevice-magic-panel"
 CELLS = ".jp-Notebook .jp-Cell"
 
 
@@ -114,16 +114,7 @@ def nb7(lab):
 
 
 def run_cell(page, code: str):
-    cells = page.locator(CELLS)
-    cell = cells.nth(cells.count() - 1)
-    editor = cell.locator(".cm-content")
-    editor.click()
-    page.keyboard.press("ControlOrMeta+a")
-    page.keyboard.press("Delete")
-    page.keyboard.insert_text(code)
-    page.keyboard.press("Shift+Enter")
-    expect(cell.locator(".jp-InputPrompt")).to_have_text(re.compile(r"\[\d+\]"), timeout=60_000)
-    return cell
+    return run_in_lab(page, code, cells_selector=CELLS)
 
 
 def test_sidebar_and_widget_work_in_notebook_7(nb7):

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 from labpage import (
+    CELLS,
     LOAD,
+    PANEL,
     TAB,
     ensure_loaded,
     has_cuda,
@@ -39,10 +41,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 REPO = Path(__file__).resolve().parents[2]
 IMAGES = REPO / "docs" / "images"
 
-# Selectors: labextension/README.md, "DOM for browser tests". (Not imported from conftest.py:
-# another conftest module on sys.path would shadow it.)
-PANEL = "#torchdevice-magic-panel"
-CELLS = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell"
+# Selectors: labextension/README.md, "DOM for browser tests" (the panel's, the tab's, the
+# cells' and the load button's in labpage.py). (Not imported from conftest.py: another
+# conftest module on sys.path would shadow it.)
 STATUS = ".jp-TorchDevices-status"
 BANNER = ".jp-TorchDevices-banner"
 TARGET = "select.jp-TorchDevices-target"

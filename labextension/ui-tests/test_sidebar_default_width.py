@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from labpage import run_cell, set_sidebar_width
+from labpage import PANEL, TAB, run_cell, set_sidebar_width
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="the playwright package is not installed"
@@ -20,8 +20,6 @@ expect = pytest.importorskip(
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(180)]
 
-TAB = 'li[data-id="torchdevice-magic-panel"]'
-PANEL = "#torchdevice-magic-panel"
 TARGET = "select.jp-TorchDevices-target"
 ENGINES = f"{PANEL} .jp-TorchDevices-engines"
 DEFAULT_WIDTH = 250  # JupyterLab's right sidebar when first opened
