@@ -3,9 +3,9 @@
 Six patterns (output history, traceback, list of losses, optimizer of a deleted model, forward
 hook stash, second name): in each, the cell's growth shows in the timeline, ``%devices
 --holders`` names the holder, ``%devices --release 0`` frees exactly the bytes it added; the
-out-of-memory section explains a real CPU allocation failure. The sizes the markdown states
-are asserted against the outputs. Runs once, from a temporary copy, on cpu (or cuda where
-there is one: the sizes are the same).
+out-of-memory section explains a real allocation failure on the notebook's device. The sizes
+the markdown states are asserted against the outputs. Runs once, from a temporary copy, on cpu
+(or cuda where there is one, ``./dev gpu-check``: the sizes are the same).
 """
 
 from __future__ import annotations
@@ -168,16 +168,24 @@ def test_second_name(nb):
 
 
 def test_out_of_memory_explained(nb):
+    """The allocation fails on the notebook's device (CUDA's caching allocator on a GPU, the
+    CPU allocator here) and the explanation speaks of that device."""
+    on = device(nb)
     explained = text(nb, "oom")
-    assert "DefaultCPUAllocator: can't allocate memory" in explained
-    assert "Out of memory on cpu: the request was 1.0 TiB." in explained
-    biggest = explained.split("Biggest named objects on cpu:\n")[1].splitlines()[0]
+    if on == "cpu":
+        assert "DefaultCPUAllocator: can't allocate memory" in explained
+    else:
+        assert "OutOfMemoryError: CUDA out of memory. Tried to allocate 1024.00 GiB" in explained
+        assert re.search(rf"  {on} has [\d.]+ [GT]iB in all", explained)
+    assert f"Out of memory on {on}: the request was 1.0 TiB." in explained
+    biggest = explained.split(f"Biggest named objects on {on}:\n")[1].splitlines()[0]
     assert biggest.strip() == "weights: 4.0 MiB"
     assert re.search(r"\[0\] Out\[\d+\].*: 4\.0 MiB -> %devices --release 0", explained)
     assert "freeing memory cannot help" in explained
     claim = markdown(nb, "oom-md")
-    assert "names `weights` as the biggest named object on the cpu" in claim
+    assert "names `weights` as the biggest named object on that device" in claim
     assert "lists `Out[N]` with `%devices --release 0`" in claim
+    assert "asks `DEVICE` for 1.0 TiB" in claim
 
 
 def test_offloaded_weights_are_shown_where_they_are(nb):
