@@ -13,8 +13,9 @@
    too (printed, not asserted): the sources of a move are pageable, so it shows what share of
    the pinned bandwidth any copy from pageable memory gets on that machine; so is ``move()`` of
    the same bytes in 64 tensors of 16 MiB (what is left of the gap when per-tensor work is
-   negligible: at 10,000 tensors, ``move()``'s own work with no copy at all, figure 1, is
-   already about 9 µs a tensor here, 90 ms, against about 20 - 40 ms for the pinned copy). A
+   negligible: at 10,000 tensors, figure 1 shows about 7 - 9 µs a tensor with no byte copied,
+   and the staged path makes at least four torch calls a tensor, against about 20 - 40 ms for
+   the whole pinned copy). A
    256 MiB model there and back through ``move()`` against ``module.to``. The memory
    pre-check's prediction against the bytes ``torch.cuda.memory_allocated`` says the move
    allocated (target: within 2%).
