@@ -32,7 +32,10 @@ tensor torch makes in C++ without the fallback from one on ``simdev:1`` (``.data
 autograd saved) says ``simdev:0`` although its storage, which every operator here reads, says 1.
 
 What it does not have: pinned memory, memory statistics, streams, events or asynchrony (its
-``synchronize`` has nothing to wait for), DataParallel's scatter, cuDNN-only paths;
+``synchronize`` has nothing to wait for), DataParallel's scatter, cuDNN-only paths, and shape
+changes in place (``x.transpose_(0, 1)``, ``x.unsqueeze_(0)`` raise a one-line error; ``nn.LSTM``,
+``nn.GRU`` and ``nn.RNN`` run, batch_first too, on CUDA's fused cell kernels computed in
+:mod:`.rnn_kernels`);
 ``data_ptr()`` is 0 (the values' storage is reachable through ``__tensor_flatten__``, which is how
 :mod:`torchdevice_magic.objects` keys its storages -- the same protocol any wrapper tensor has).
 
@@ -51,6 +54,7 @@ from contextlib import contextmanager
 from typing import Any, SupportsIndex
 
 from .cuda_rules import CROSS_DEVICE_OPS, accepts_cpu_scalars, device_error
+from .rnn_kernels import BATCH_FIRST_IN_PLACE, HOST_KERNELS, batch_first_kernel
 
 DEVICE_TYPE = "simdev"
 #: how many devices the simulated accelerator has, read when it registers (default 1)
@@ -111,6 +115,8 @@ def _register() -> None:
     views = torch.library.Library("aten", "IMPL")
     for name in _composite_views(torch):
         views.impl(name, _view_kernel(name), "PrivateUse1")
+    for name in BATCH_FIRST_IN_PLACE:
+        views.impl(name, batch_first_kernel(name), "AutogradPrivateUse1")
     _state["libraries"] = (library, views)  # registrations live as long as the Library objects
     _state["device_type"] = DEVICE_TYPE
 
@@ -516,11 +522,37 @@ def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
     if to_device is not None:
         target = torch.device(to_device)
         index = _checked_index(target.index) if target.type == DEVICE_TYPE else None
-    if name.startswith("aten::_fused_"):
+    # an in-place operator on a wrapper: its shape must not change (see _undo_reshape)
+    first = host_args[0] if host_args and name.endswith("_") else None
+    if first is not None and id(first) in call.hosts:
+        before = (first.shape, first.stride(), first.storage_offset())
+    else:
+        first = None
+    host_kernel = HOST_KERNELS.get(name)
+    if host_kernel is not None:  # a CUDA-only kernel, computed here as CUDA computes it
+        result = host_kernel(*host_args, **host_kwargs)
+    elif name.startswith("aten::_fused_"):
         result = _call_fused(op, host_args, host_kwargs)
     else:
         result = op(*host_args, **host_kwargs)
+    if first is not None and first.shape != before[0]:
+        _undo_reshape(name, first, *before)
     return _rewrap(result, call, index)
+
+
+def _undo_reshape(name: str, host: Any, shape: Any, stride: Any, offset: int) -> None:
+    """A wrapper's shape is fixed when it is made (this Python backend has no way to change a
+    storage-less tensor's sizes), so an operator that changes its tensor's shape in place
+    (``transpose_``, ``unsqueeze_``, ``resize_`` to another shape...) would leave the wrapper
+    and its values disagreeing. The values get their shape back and the call raises, naming
+    the out-of-place form. (CUDA does these; ``nn.GRU(batch_first=True)`` does one inside.)"""
+    host.as_strided_(shape, stride, offset)
+    operator = name.partition("::")[2]
+    raise RuntimeError(
+        f"the simulated accelerator {DEVICE_TYPE} cannot change a tensor's shape in place "
+        f"({operator}; a GPU can): use the out-of-place form (x = x.{operator.rstrip('_')}(...)), "
+        "or run this step on the cpu"
+    )
 
 
 def _rewrap(value: Any, call: _Call, index: int | None) -> Any:

@@ -1,0 +1,110 @@
+"""Recurrent layers run on the simulated accelerator as on CUDA without cuDNN, and a shape change
+in place, which its wrappers cannot follow, raises instead of leaving a tensor whose shape and
+values disagree.
+
+ATen sends an accelerator's ``nn.LSTM`` / ``nn.GRU`` to the fused cell kernels, which exist for
+CUDA only (aten/src/ATen/native/cuda/RNN.cu); torchdevice_magic/testing/rnn_kernels.py computes
+them on the host values. Each layer here runs twice, on the cpu and on the simulated device
+from the same weights, and outputs, final states and every parameter's gradient must agree.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+LAYERS = ("LSTM", "GRU", "RNN")
+
+
+def _twins(kind: str, device: str, **options: object) -> tuple[torch.nn.Module, torch.nn.Module]:
+    on_cpu = getattr(torch.nn, kind)(5, 7, **options)
+    on_device = getattr(torch.nn, kind)(5, 7, **options)
+    on_device.load_state_dict(on_cpu.state_dict())
+    return on_cpu, on_device.to(device)
+
+
+def _run(layer: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output and final hidden state, after a backward through both."""
+    output, state = layer(x)
+    hidden = state[0] if isinstance(state, tuple) else state
+    (output.sum() + hidden.pow(2).sum()).backward()
+    return output, hidden
+
+
+@pytest.mark.simulated
+@pytest.mark.parametrize("kind", LAYERS)
+def test_recurrent_layers_match_the_cpu_in_values_and_gradients(
+    simulated_device: str, kind: str
+) -> None:
+    torch.manual_seed(0)
+    for batch_first, layers, bidirectional, bias in itertools.product(
+        (False, True), (1, 2), (False, True), (True, False)
+    ):
+        options = dict(
+            batch_first=batch_first, num_layers=layers, bidirectional=bidirectional, bias=bias
+        )
+        on_cpu, on_device = _twins(kind, simulated_device, **options)
+        x = torch.randn(3, 4, 5)
+        expected, expected_hidden = _run(on_cpu, x)
+        output, hidden = _run(on_device, x.to(simulated_device))
+        assert str(output.device) == simulated_device, options
+        assert output.shape == expected.shape, options
+        torch.testing.assert_close(output.cpu(), expected, msg=str(options))
+        torch.testing.assert_close(hidden.cpu(), expected_hidden, msg=str(options))
+        for (name, cpu_param), device_param in zip(
+            on_cpu.named_parameters(), on_device.parameters(), strict=True
+        ):
+            assert device_param.grad is not None, (name, options)
+            torch.testing.assert_close(device_param.grad.cpu(), cpu_param.grad, msg=name)
+
+
+@pytest.mark.simulated
+def test_the_cells_and_double_precision_run_too(simulated_device: str) -> None:
+    torch.manual_seed(1)
+    for cell_type in (torch.nn.LSTMCell, torch.nn.GRUCell):
+        on_cpu = cell_type(3, 4).double()
+        on_device = cell_type(3, 4).double()
+        on_device.load_state_dict(on_cpu.state_dict())
+        on_device.to(simulated_device)
+        x = torch.randn(2, 3, dtype=torch.float64)
+        expected = on_cpu(x)
+        got = on_device(x.to(simulated_device))
+        if isinstance(expected, tuple):  # LSTMCell: (h, c)
+            expected, got = expected[1], got[1]
+        assert got.dtype == torch.float64
+        torch.testing.assert_close(got.cpu(), expected)
+
+
+@pytest.mark.simulated
+def test_a_hidden_state_left_on_the_cpu_gets_cudas_rnn_message(simulated_device: str) -> None:
+    for kind, batch_first in itertools.product(LAYERS, (False, True)):
+        layer = getattr(torch.nn, kind)(3, 4, batch_first=batch_first).to(simulated_device)
+        h0 = torch.zeros(1, 2 if batch_first else 5, 4)  # the input is (2, 5, 3)
+        with pytest.raises(RuntimeError, match="Input and hidden tensors are not at the same"):
+            layer(torch.randn(2, 5, 3, device=simulated_device), (h0, h0) if kind == "LSTM" else h0)
+
+
+@pytest.mark.simulated
+def test_a_shape_change_in_place_raises_and_leaves_the_tensor_as_it_was(
+    simulated_device: str,
+) -> None:
+    values = torch.arange(24.0).reshape(4, 3, 2)
+    x = values.to(simulated_device)
+    for change, name in (
+        (lambda t: t.transpose_(0, 1), "transpose_"),
+        (lambda t: t.unsqueeze_(0), "unsqueeze_"),
+        (lambda t: t.resize_(24), "resize_"),
+    ):
+        with pytest.raises(
+            RuntimeError, match=rf"cannot change a tensor's shape in place \({name}"
+        ):
+            change(x)
+        assert x.shape == (4, 3, 2)
+        assert torch.equal(x.cpu(), values)
+        assert torch.equal((x + 1).cpu(), values + 1)
+    y = torch.ones(2, 3, device=simulated_device)
+    y.transpose_(0, 0)  # in place, same shape: allowed
+    y.add_(1)
+    assert torch.equal(y.cpu(), torch.full((2, 3), 2.0))
