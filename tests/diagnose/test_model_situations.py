@@ -151,7 +151,7 @@ def test_an_lstm_left_on_the_cpu_joins_its_hidden_state_on_the_accelerator(
     ip, shown, simulated_device
 ) -> None:
     """The user put the hidden state on the accelerator: the LSTM and its input join it (never
-    the state abandoning the device). Not run: the simulated device has no LSTM kernel."""
+    the state abandoning the device), and with the fix applied the cell runs."""
     dev = simulated_device
     setup(
         ip,
@@ -165,6 +165,9 @@ def test_an_lstm_left_on_the_cpu_joins_its_hidden_state_on_the_accelerator(
     assert d.target == dev
     assert culprit(d, "h0").devices == (dev,)
     assert [f.source for f in d.fix_lines] == [f'lstm.to("{dev}")', f'seq = seq.to("{dev}")']
+    apply_cell_fixes(ip, d)
+    assert_succeeds(ip, "out, (hn, cn) = lstm(seq, (h0, c0))")
+    assert str(ip.user_ns["out"].device) == dev
 
 
 @pytest.mark.simulated
