@@ -33,9 +33,10 @@ autograd saved) says ``simdev:0`` although its storage, which every operator her
 
 What it does not have: pinned memory, memory statistics, streams, events or asynchrony (its
 ``synchronize`` has nothing to wait for), DataParallel's scatter, cuDNN-only paths, and shape
-changes in place (``x.transpose_(0, 1)``, ``x.unsqueeze_(0)`` raise a one-line error; ``nn.LSTM``,
-``nn.GRU`` and ``nn.RNN`` run, batch_first too, on CUDA's fused cell kernels computed in
-:mod:`.rnn_kernels`);
+changes in place (``x.transpose_(0, 1)``, ``x.unsqueeze_(0)`` raise a one-line error; the ATen
+composites that do one to a result of their own, ``nn.GRU``/``nn.RNN`` with ``batch_first`` and
+``torch.stft``, run by :mod:`.reshaping_composites`; ``nn.LSTM`` and ``nn.GRU`` run on CUDA's
+fused cell kernels, computed in :mod:`.rnn_kernels`);
 ``data_ptr()`` is 0 (the values' storage is reachable through ``__tensor_flatten__``, which is how
 :mod:`torchdevice_magic.objects` keys its storages -- the same protocol any wrapper tensor has).
 
@@ -54,7 +55,8 @@ from contextlib import contextmanager
 from typing import Any, SupportsIndex
 
 from .cuda_rules import CROSS_DEVICE_OPS, accepts_cpu_scalars, device_error
-from .rnn_kernels import BATCH_FIRST_IN_PLACE, HOST_KERNELS, batch_first_kernel
+from .reshaping_composites import reshaping_kernels
+from .rnn_kernels import HOST_KERNELS
 
 DEVICE_TYPE = "simdev"
 #: how many devices the simulated accelerator has, read when it registers (default 1)
@@ -115,8 +117,8 @@ def _register() -> None:
     views = torch.library.Library("aten", "IMPL")
     for name in _composite_views(torch):
         views.impl(name, _view_kernel(name), "PrivateUse1")
-    for name in BATCH_FIRST_IN_PLACE:
-        views.impl(name, batch_first_kernel(name), "AutogradPrivateUse1")
+    for name, kernel in reshaping_kernels().items():
+        views.impl(name, kernel, "AutogradPrivateUse1")
     _state["libraries"] = (library, views)  # registrations live as long as the Library objects
     _state["device_type"] = DEVICE_TYPE
 

@@ -15,12 +15,6 @@ and the same workspace layout (what the backward reads back):
 
 Half and bfloat16 are computed in float32 and rounded once at the end, as the CUDA kernels
 accumulate in ``acc_type``.
-
-``nn.GRU`` and ``nn.RNN`` with ``batch_first=True`` turn their output around in place
-(``transpose_`` in ``aten/src/ATen/native/RNN.cpp``), which a wrapper of this backend cannot do
-(its shape is fixed when it is made): :func:`batch_first_kernel` runs them time-major and
-turns input and output around out of place instead, at the autograd level, where ATen's own
-composite would otherwise run.
 """
 
 from __future__ import annotations
@@ -134,32 +128,6 @@ def gru_cell_backward(
         grad_hx.to(dtype),
         *(b.to(dtype) if b is not None else None for b in biases),
     )
-
-
-#: the recurrent operators whose batch_first output ATen turns around in place
-BATCH_FIRST_IN_PLACE = ("gru.input", "rnn_tanh.input", "rnn_relu.input")
-
-
-def batch_first_kernel(name: str) -> Callable[..., Any]:
-    """An AutogradPrivateUse1 kernel for ``aten::<name>`` (``gru.input``...): the same
-    computation by ATen's composite, time-major, with the batch_first transposes out of place
-    (autograd records them as ATen's would)."""
-    import torch
-
-    base, _, overload = name.partition(".")
-    op = getattr(getattr(torch.ops.aten, base), overload)
-    # ATen's C++ composite (its checks and messages), not the Python decomposition that
-    # OpOverload.decompose would prefer
-    composite = torch._C.DispatchKey.CompositeImplicitAutograd
-
-    def kernel(*args: Any) -> Any:
-        *rest, batch_first = args
-        if not batch_first:
-            return op._op_dk(composite, *args)
-        output, hidden = op._op_dk(composite, args[0].transpose(0, 1), *rest[1:], False)
-        return output.transpose(0, 1), hidden
-
-    return kernel
 
 
 #: operator name -> what computes it on the host values

@@ -1,11 +1,12 @@
-"""Recurrent layers run on the simulated accelerator as on CUDA without cuDNN, and a shape change
-in place, which its wrappers cannot follow, raises instead of leaving a tensor whose shape and
-values disagree.
+"""Recurrent layers and ``torch.stft`` run on the simulated accelerator as on CUDA without
+cuDNN, and a shape change in place, which its wrappers cannot follow, raises instead of leaving
+a tensor whose shape and values disagree.
 
 ATen sends an accelerator's ``nn.LSTM`` / ``nn.GRU`` to the fused cell kernels, which exist for
 CUDA only (aten/src/ATen/native/cuda/RNN.cu); torchdevice_magic/testing/rnn_kernels.py computes
-them on the host values. Each layer here runs twice, on the cpu and on the simulated device
-from the same weights, and outputs, final states and every parameter's gradient must agree.
+them on the host values. ``nn.GRU``/``nn.RNN`` with ``batch_first`` and ``torch.stft`` reshape
+a result in place inside ATen (testing/reshaping_composites.py). Each runs twice, on the cpu and
+on the simulated device from the same values, and outputs, states and gradients must agree.
 """
 
 from __future__ import annotations
@@ -108,3 +109,24 @@ def test_a_shape_change_in_place_raises_and_leaves_the_tensor_as_it_was(
     y.transpose_(0, 0)  # in place, same shape: allowed
     y.add_(1)
     assert torch.equal(y.cpu(), torch.full((2, 3), 2.0))
+
+
+@pytest.mark.simulated
+def test_stft_matches_the_cpu_and_a_window_left_on_the_cpu_gets_atens_message(
+    simulated_device: str,
+) -> None:
+    torch.manual_seed(2)
+    signal = torch.randn(2, 64, requires_grad=True)
+    window = torch.hann_window(16)
+    expected = torch.stft(signal, 16, 4, window=window, return_complex=True)
+    on_device = signal.detach().to(simulated_device).requires_grad_()
+    got = torch.stft(on_device, 16, 4, window=window.to(simulated_device), return_complex=True)
+    assert str(got.device) == simulated_device and got.shape == expected.shape == (2, 9, 17)
+    torch.testing.assert_close(got.cpu(), expected)
+    expected.abs().sum().backward()
+    got.abs().sum().backward()
+    assert on_device.grad is not None and signal.grad is not None
+    assert str(on_device.grad.device) == simulated_device
+    torch.testing.assert_close(on_device.grad.cpu(), signal.grad)
+    with pytest.raises(RuntimeError, match="stft input and window must be on the same device"):
+        torch.stft(on_device, 16, 4, window=window, return_complex=True)
