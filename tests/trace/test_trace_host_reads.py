@@ -6,6 +6,8 @@ accelerator (see conftest.py)."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from trace_checks import cell
@@ -71,3 +73,34 @@ def test_host_reads_dispatch_cannot_see_are_named() -> None:
         8: ("format",),
     }
     assert all(r.count == 1 for r in report.host_reads)  # printing's own ops are not counted
+
+
+# the user's copy starts a line lower: code objects equal in all but their file compare equal
+READ_FIRST = "def read_first(x):\n    return x[0].item()\n"
+READ_FIRST_OWN = "# the user's own\n" + READ_FIRST
+
+
+def test_a_read_inside_an_installed_package_is_the_callers_line(tmp_path, monkeypatch) -> None:
+    """An installed package's code (a ``site-packages`` folder: transformers, accelerate) is
+    not the user's: its host read is put on the cell line that called it. The same code in
+    the user's own module beside the notebook keeps its own line."""
+    installed = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    own = tmp_path / "project"
+    modules = ((installed, "readlib_installed", READ_FIRST), (own, "readlib_own", READ_FIRST_OWN))
+    for folder, module, text in modules:
+        folder.mkdir(parents=True)
+        (folder / f"{module}.py").write_text(text)
+        monkeypatch.syspath_prepend(str(folder))
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    source = cell(
+        """
+        import readlib_installed, readlib_own
+        x = torch.arange(3.0)
+        a = readlib_installed.read_first(x)
+        b = readlib_own.read_first(x)
+        """
+    )
+    report = trace(source, {"torch": torch})
+    assert report.error is None
+    reads = sorted((r.line, r.function, r.file) for r in report.host_reads)
+    assert reads == [(3, "<cell>", ""), (3, "read_first", "readlib_own.py")]
