@@ -37,7 +37,9 @@ class FrameLocator:
         self.thread = thread
         self.direct = True
         self.borrowed = False
-        self._whose: dict[CodeType, int] = {}
+        # by id, the code kept alive beside its owner: code objects that differ only in their
+        # file (the same function in an installed package and in the user's copy) compare equal
+        self._whose: dict[int, tuple[CodeType, int]] = {}
 
     def locate(self, frame: FrameType | None) -> Any:
         """The user's frame for an op whose Python stack starts at ``frame``; None when no
@@ -60,9 +62,10 @@ class FrameLocator:
         direct = True
         while frame is not None:
             code = frame.f_code
-            kind = whose.get(code)
-            if kind is None:
-                kind = whose[code] = self._whose_code(code)
+            known = whose.get(id(code))
+            if known is None:
+                known = whose[id(code)] = (code, self._whose_code(code))
+            kind = known[1]
             if not kind:
                 self.direct = direct
                 return frame
