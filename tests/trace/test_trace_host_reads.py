@@ -102,3 +102,25 @@ def test_a_read_inside_an_installed_package_is_the_callers_line(tmp_path, monkey
     assert report.error is None
     reads = sorted((r.line, r.function, r.file) for r in report.host_reads)
     assert reads == [(2, "read_first", "readlib_own.py"), (3, "<cell>", "")]
+
+
+def test_the_same_function_in_two_files_is_two_rows(tmp_path, monkeypatch) -> None:
+    """Two of the user's modules with the same function at the same line: their code objects
+    compare equal, their reads are still counted each in its own file."""
+    for module in ("reads_here", "reads_there"):
+        folder = tmp_path / module
+        folder.mkdir()
+        (folder / f"{module}.py").write_text(READ_FIRST)
+        monkeypatch.syspath_prepend(str(folder))
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    source = cell(
+        """
+        import reads_here, reads_there
+        x = torch.arange(3.0)
+        a = reads_here.read_first(x)
+        b = reads_there.read_first(x)
+        """
+    )
+    report = trace(source, {"torch": torch})
+    reads = sorted((r.file, r.line, r.count) for r in report.host_reads)
+    assert reads == [("reads_here.py", 2, 1), ("reads_there.py", 2, 1)]
