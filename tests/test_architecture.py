@@ -26,7 +26,7 @@ PAGE = ROOT / "docs" / "architecture.md"
 #: comm, and that never import torch themselves (only use it once the user has imported it)
 PURE_CORE = {
     "objects", "records", "scan", "moves", "diagnose", "devices", "ranks", "names", "units", "trace",
-    "memory", "viewmodel", "protocol", "render", "firstinit",
+    "memory", "viewmodel", "protocol", "render", "firstinit", "sourcefiles",
     "dryrun",
     "app",  # the controller: above the core, below the IPython layer, free of both
 }  # fmt: skip

@@ -23,12 +23,12 @@ from __future__ import annotations
 import linecache
 import re
 import sys
-import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
+
+from .sourcefiles import code_owner
 
 #: the device types watched: CUDA (ROCm calls itself cuda too) and XPU use the same lazy init
 WATCHED = ("cuda", "xpu")
@@ -42,12 +42,6 @@ FORK_MESSAGES = (
     ),
     re.compile(r"Cannot re-initialize (\w+) in forked subprocess"),
 )
-
-_LIBRARY_ROOTS = tuple(
-    str(Path(path))
-    for path in {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib")}
-)
-_OURS = str(Path(__file__).parent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +70,7 @@ class InitSite:
 def _is_user_frame(filename: str) -> bool:
     """A notebook cell or the user's own file: not the standard library, an installed package
     (torch, accelerate) or this extension."""
-    if filename.startswith("<frozen"):
-        return False
-    if filename.startswith("<"):  # <ipython-input-3-...>, <string>
-        return True
-    return not filename.startswith(_LIBRARY_ROOTS) and not filename.startswith(_OURS)
+    return code_owner(filename).is_users
 
 
 class FirstInit:

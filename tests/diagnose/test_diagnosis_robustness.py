@@ -227,6 +227,7 @@ def test_user_frame_classification() -> None:
     assert not is_user_filename("/usr/lib/python3/dist-packages/foo/bar.py")
     assert not is_user_filename("/x/lib/python3.11/site-packages/IPython/core/interactiveshell.py")
     assert not is_user_filename("<frozen runpy>")
+    assert not is_user_filename("<decorator-gen-12>")  # IPython's magics are made with these
     assert is_user_filename("<ipython-input-3-5d7ad2b1e4c7>")
     assert is_user_filename("/tmp/ipykernel_12345/3186354231.py")
     assert is_user_filename(str(Path.home() / "project" / "train.py"))

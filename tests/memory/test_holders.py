@@ -4,6 +4,7 @@ the tensor (or to the storage, for Parameters) is dead afterwards, and every oth
 exactly as it was.
 """
 
+import contextlib
 import gc
 import weakref
 
@@ -65,7 +66,7 @@ def test_output_history_entry_and_its_aliases(last_error):
 def test_the_last_error_is_named_by_the_users_frame_not_by_torchs_wrappers(last_error):
     """``model(batch)`` failing inside the user's forward(): torch's call wrappers hold the
     same batch as ``args``; the holder names the user's local, and a batch that only torch's
-    own frames hold says whose frame that is."""
+    (or the standard library's) own frames hold says whose frame that is."""
 
     class Net(torch.nn.Module):
         def forward(self, batch):
@@ -76,9 +77,19 @@ def test_the_last_error_is_named_by_the_users_frame_not_by_torchs_wrappers(last_
             del batch
             raise RuntimeError("failed in forward")
 
+    @contextlib.contextmanager
+    def quietly():
+        yield
+
+    @quietly()  # the standard library's wrapper keeps the call's args
+    def step(batch):
+        del batch
+        raise RuntimeError("failed in step")
+
     for model, where in [
         (Net(), "forward() local 'batch'"),
         (Forgets(), "_wrapped_call_impl() local 'args' (in torch)"),
+        (step, "inner() local 'args' (in contextlib)"),
     ]:
         batch = torch.randn(256, 64)
         try:

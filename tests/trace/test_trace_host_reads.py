@@ -6,6 +6,10 @@ accelerator (see conftest.py)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import Any
+
 import pytest
 import torch
 from trace_checks import cell
@@ -71,3 +75,44 @@ def test_host_reads_dispatch_cannot_see_are_named() -> None:
         8: ("format",),
     }
     assert all(r.count == 1 for r in report.host_reads)  # printing's own ops are not counted
+
+
+READ_FIRST = "def read_first(x):\n    return x[0].item()\n"
+
+
+def reads_of_modules(monkeypatch: pytest.MonkeyPatch, folders: dict[str, Path]) -> list[Any]:
+    """The host reads a cell makes calling ``read_first`` of each module (``READ_FIRST``,
+    written to the folder given), as sorted (file, line, function, count)."""
+    calls = []
+    for module, folder in folders.items():
+        folder.mkdir(parents=True)
+        (folder / f"{module}.py").write_text(READ_FIRST)
+        monkeypatch.syspath_prepend(str(folder))
+        monkeypatch.delitem(sys.modules, module, raising=False)
+        calls.append(f"import {module}\n{module}.read_first(x)\n")
+    report = trace("x = torch.arange(3.0)\n" + "".join(calls), {"torch": torch})
+    assert report.error is None
+    return sorted((r.file, r.line, r.function, r.count) for r in report.host_reads)
+
+
+def test_a_read_inside_an_installed_package_is_the_callers_line(tmp_path, monkeypatch) -> None:
+    """An installed package's code (a ``site-packages`` folder: transformers, accelerate) is
+    not the user's: its host read is put on the cell line that called it. The same code in
+    the user's own module beside the notebook keeps its own line (the two code objects differ
+    in their file only, and compare equal)."""
+    installed = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    folders = {"readlib_installed": installed, "readlib_own": tmp_path / "project"}
+    assert reads_of_modules(monkeypatch, folders) == [
+        ("", 3, "<cell>", 1),
+        ("readlib_own.py", 2, "read_first", 1),
+    ]
+
+
+def test_the_same_function_in_two_files_is_two_rows(tmp_path, monkeypatch) -> None:
+    """Two of the user's modules with the same function at the same line: their code objects
+    compare equal, their reads are still counted each in its own file."""
+    folders = {"reads_here": tmp_path / "here", "reads_there": tmp_path / "there"}
+    assert reads_of_modules(monkeypatch, folders) == [
+        ("reads_here.py", 2, "read_first", 1),
+        ("reads_there.py", 2, "read_first", 1),
+    ]

@@ -1,15 +1,15 @@
 """Which traceback frames are the user's, and how to show a traceback without torch's insides.
 
-Pure: the standard library only (torch's directory is read from ``sys.modules`` when imported).
+Pure: whose code a file is comes from :mod:`..sourcefiles`, the one rule for it.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-import sysconfig
 from collections.abc import Iterator
 from typing import Any
+
+from ..sourcefiles import CodeKind, code_owner
 
 __all__ = [
     "collapse_library_frames",
@@ -44,58 +44,9 @@ def traceback_entries(tb: Any) -> Iterator[tuple[Any, Any, int]]:
             return
 
 
-def _torch() -> Any:
-    return sys.modules.get("torch")
-
-
-_STD_DIRS: tuple[str, ...] | None = None
-_STD_DIRS_WITH_TORCH = False
-
-
-def _library_dirs() -> tuple[str, ...]:
-    """Directories whose frames are library code, not the user's."""
-    global _STD_DIRS, _STD_DIRS_WITH_TORCH
-    with_torch = _torch() is not None
-    if _STD_DIRS is not None and with_torch == _STD_DIRS_WITH_TORCH:
-        return _STD_DIRS
-    dirs: set[str] = set()
-    try:
-        paths = sysconfig.get_paths()
-        for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-            if paths.get(key):
-                dirs.add(paths[key])
-    except Exception:
-        pass
-    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
-        dirs.add(os.path.join(prefix, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}"))
-    torch = _torch()
-    try:
-        if torch is not None and getattr(torch, "__file__", None):
-            dirs.add(os.path.dirname(torch.__file__))
-    except Exception:
-        pass
-    dirs.add(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    expanded: set[str] = set()
-    for d in dirs:
-        for variant in (d, os.path.realpath(d)):
-            expanded.add(os.path.normcase(os.path.abspath(variant)).rstrip(os.sep) + os.sep)
-    _STD_DIRS = tuple(sorted(expanded))
-    _STD_DIRS_WITH_TORCH = with_torch  # recompute once torch (maybe a source checkout) arrives
-    return _STD_DIRS
-
-
 def is_user_filename(filename: str) -> bool:
     """True for the user's code: notebook cells and their own files, not torch/stdlib/libs."""
-    if not filename:
-        return False
-    if filename.startswith("<"):
-        # ``<ipython-input-3-...>`` and ``<string>`` are user code; ``<frozen ...>`` is not.
-        return not filename.startswith(("<frozen", "<__array_function__"))
-    norm = os.path.normcase(os.path.abspath(filename))
-    parts = norm.split(os.sep)
-    if "site-packages" in parts or "dist-packages" in parts:
-        return False
-    return not any(norm.startswith(d) for d in _library_dirs())
+    return code_owner(filename).is_users
 
 
 #: (file name, function name) of the functions a timing magic wraps the user's code in:
@@ -124,12 +75,10 @@ def user_frames(tb: Any, limit: int = 3) -> list[Any]:
 
 
 def is_library_filename(filename: str) -> bool:
-    """A third-party package's file (site-packages), neither torch's, this package's, nor the
+    """An installed package's file (site-packages), neither torch's, this package's, nor the
     standard library's: its code made the mismatch where the user's code only called it."""
-    if not filename or filename.startswith("<") or is_torch_filename(filename):
-        return False
-    parts = os.path.normcase(os.path.abspath(filename)).split(os.sep)
-    return "site-packages" in parts or "dist-packages" in parts
+    # a generated pseudo-file (``<decorator-gen-3>``) has no line to show
+    return code_owner(filename).kind is CodeKind.PACKAGE and not filename.startswith("<")
 
 
 def library_frames(tb: Any, limit: int = 3) -> list[Any]:
@@ -145,27 +94,9 @@ def library_frames(tb: Any, limit: int = 3) -> list[Any]:
     return frames[-limit:]
 
 
-def torch_dirs() -> tuple[str, ...]:
-    """torch's own directories (and this package's): frames there are collapsed."""
-    dirs = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
-    torch = _torch()
-    try:
-        if torch is not None and getattr(torch, "__file__", None):
-            dirs.append(os.path.dirname(torch.__file__))
-    except Exception:
-        pass
-    out = []
-    for d in dirs:
-        for variant in (d, os.path.realpath(d)):
-            out.append(os.path.normcase(os.path.abspath(variant)).rstrip(os.sep) + os.sep)
-    return tuple(out)
-
-
 def is_torch_filename(filename: str) -> bool:
-    if not filename or filename.startswith("<"):
-        return False
-    norm = os.path.normcase(os.path.abspath(filename))
-    return any(norm.startswith(d) for d in torch_dirs())
+    """torch's own code or this package's: frames there are collapsed."""
+    return code_owner(filename).kind in (CodeKind.TORCH, CodeKind.EXTENSION)
 
 
 #: the trace package's op recorders: a failing op's frames there are the extension's own plumbing

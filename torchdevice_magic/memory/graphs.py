@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from ..objects import TorchTypes, add_storages, is_uninitialized
+from ..objects import TorchTypes, add_storages, is_fake, is_uninitialized
 from .base import Keys, _is_tensor, _keys_of, _shallow_items, _Source
 
 #: per node type: the ``_saved_*`` attributes that can hold tensors (in a node torch generated,
@@ -149,14 +149,14 @@ def graph_keys(
 
 def _keyed_directly(T: TorchTypes, tensor: Any) -> bool:
     """Whether the scan keys ``tensor`` by ``add_storages`` of the tensor itself: every type but
-    fake and functional tensors (no data), DTensor (its local shard) and a lazy module's
+    fake tensors (no data; a functional wrapper of one too), DTensor (its local shard) and a lazy module's
     uninitialized parameters (nothing yet)."""
     tp = type(tensor)
     if tp is T.Tensor or tp is T.Parameter:
         return True
-    name = tp.__name__
-    fake = name == "FunctionalTensor" or "Fake" in name
-    return not fake and name != "DTensor" and not is_uninitialized(T, tensor)
+    if tp.__name__ == "DTensor" or is_fake(T, tensor):
+        return False
+    return not is_uninitialized(T, tensor)
 
 
 def _leaf_grad(tensor: Any) -> Any:

@@ -10,7 +10,6 @@ Pure core: no IPython, no ipywidgets, torch never imported here.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import types
 import weakref
@@ -19,6 +18,7 @@ from typing import Any
 
 from ..names import is_ipython_bookkeeping
 from ..scan import Inventory, scan
+from ..sourcefiles import code_owner
 from .base import (
     _NOTHING_TO_HOLD,
     ErrorGetter,
@@ -127,26 +127,6 @@ def _clear_frames(exc_ids: frozenset[int], getter: ErrorGetter | None) -> str:
     return f"cleared the locals of {cleared} frames of the last error (%debug can't show them now)"
 
 
-def _torch_dir() -> str | None:
-    """torch's own directory (with a trailing separator), wherever torch is installed."""
-    torch = sys.modules.get("torch")
-    path = getattr(torch, "__file__", None) if torch is not None else None
-    return os.path.dirname(path) + os.sep if isinstance(path, str) else None
-
-
-def _library_of(filename: str, torch_dir: str | None) -> str:
-    """The installed package a frame's code belongs to (``torch``, ``transformers``), or ""
-    for the user's own code (cells, their files)."""
-    if torch_dir is not None and filename.startswith(torch_dir):
-        return "torch"
-    parts = filename.split(os.sep)
-    for marker in ("site-packages", "dist-packages"):
-        if marker in parts[:-1]:
-            package = parts[len(parts) - 1 - parts[::-1].index(marker) + 1]
-            return package.removesuffix(".py")
-    return ""
-
-
 def _traceback_source(
     errors: list[BaseException], named: Keys | None = None, getter: ErrorGetter | None = None
 ) -> _Source | None:
@@ -158,10 +138,9 @@ def _traceback_source(
     frames = list({id(f): f for e in errors for f in _traceback_frames(e)}.values())
     parts: dict[str, Any] = {}
     libraries: set[str] = set()  # the labels of library frames' locals (torch's included)
-    torch_dir = _torch_dir()
     for frame in frames:
         function = frame.f_code.co_name
-        owner = _library_of(frame.f_code.co_filename, torch_dir)
+        owner = code_owner(frame.f_code.co_filename).name  # "" for the user's code
         for local, value in _frame_locals(frame).items():
             label = f"{function}() local {local!r}"
             if label in parts:  # recursion: the same function twice

@@ -71,7 +71,8 @@ Storage identity
     nested, quantized and fake tensors are handled; meta bytes count 0 in totals ("would
     need" = nbytes). ``storage_identity(T, tensor) -> StorageIdentity(key, nbytes, storage)``
     is the same key for the one storage a tensor's data lives in (what a move groups aliases
-    by); ``storage_key(device, storage)`` the rule itself.
+    by); ``storage_key(device, storage)`` the rule itself. ``is_fake(T, tensor)``: torch's
+    fake tensors (and functional wrappers of them), by class, never by a type's name.
 Modules
     ``module_parts(T, module) -> ModuleParts`` (submodules, parameters, buffers, extra
     (label, tensor) pairs: packed weights of dynamic-quantized modules) for eager and
@@ -106,7 +107,9 @@ from .storage import (
     StorageKey,
     Storages,
     add_storages,
+    functional_inner,
     inner_tensors,
+    is_fake,
     storage_identity,
     storage_key,
     tensor_bytes,
@@ -174,6 +177,8 @@ __all__ = [
     "rebuilt",
     "add_storages",
     "inner_tensors",
+    "functional_inner",
+    "is_fake",
     "instance_dict",
     "is_uninitialized",
     "ModuleParts",

@@ -5,6 +5,7 @@ quantized and fake tensors).
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any, NamedTuple
 
@@ -108,7 +109,44 @@ def inner_tensors(T: TorchTypes, tensor: Any) -> list[Any]:
                 found = [v for v in own.values() if isinstance(v, T.Tensor)]
     except Exception:
         return []
-    return [t for t in found if isinstance(t, T.Tensor) and t is not tensor]
+    found = [_unwrapped(T, t) for t in found if isinstance(t, T.Tensor)]
+    return [t for t in found if t is not tensor]
+
+
+def functional_inner(T: TorchTypes, tensor: Any) -> Any:
+    """The tensor a functionalization wrapper stands for (the wrapper ``torch.func.functionalize``
+    makes, and the one a ``FunctionalTensor`` holds as ``elem``), or None for any other."""
+    try:
+        if T.torch._is_functional_tensor(tensor):
+            return T.torch._from_functional_tensor(tensor)
+    except Exception:  # a torch without functionalization, or a tensor it refuses
+        pass
+    return None
+
+
+def _unwrapped(T: TorchTypes, tensor: Any) -> Any:
+    inner = functional_inner(T, tensor)
+    return tensor if inner is None else inner
+
+
+def is_fake(T: TorchTypes, tensor: Any) -> bool:
+    """Whether ``tensor`` is one of torch's fake tensors (``FakeTensorMode``: torch.compile,
+    export, the dry run), which have a device, shape and dtype but no data; or a wrapper of fake
+    tensors only (a ``FunctionalTensor`` over a fake), as torch's own ``is_fake`` counts them.
+    The class comes from torch's module, there once anything made a fake tensor; a tensor's
+    ``__class__`` is never read, nor is its type's name trusted (a user's ``FakeBatch`` is real).
+    """
+    fake_type = getattr(sys.modules.get("torch._subclasses.fake_tensor"), "FakeTensor", None)
+    if fake_type is None:
+        return False
+    tp = type(tensor)
+    if issubclass(tp, fake_type):
+        return True
+    if tp is T.Tensor or tp is T.Parameter:
+        inner = functional_inner(T, tensor)
+        return inner is not None and is_fake(T, inner)
+    inner = inner_tensors(T, tensor)
+    return bool(inner) and all(is_fake(T, part) for part in inner)
 
 
 def unusual_storages(T: TorchTypes, tensor: Any, device: str, into: Storages) -> int:
@@ -129,7 +167,8 @@ def unusual_storages(T: TorchTypes, tensor: Any, device: str, into: Storages) ->
         elif getattr(tensor, "is_nested", False) is True:
             inner = [tensor.values()]
         else:
-            inner = inner_tensors(T, tensor)
+            unwrapped = functional_inner(T, tensor)
+            inner = inner_tensors(T, tensor) if unwrapped is None else [unwrapped]
     except Exception:
         inner = []
     total = 0
@@ -148,7 +187,7 @@ def unusual_storages(T: TorchTypes, tensor: Any, device: str, into: Storages) ->
     except Exception:
         nbytes = 0
     key: StorageKey = (device, "object", id(tensor))
-    if "Fake" in type(tensor).__name__:
+    if is_fake(T, tensor):
         try:
             with warnings.catch_warnings():  # torch warns that a fake's storage holds no data
                 warnings.simplefilter("ignore")

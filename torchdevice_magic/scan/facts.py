@@ -216,10 +216,10 @@ def _facts_record(T: TorchTypes, name: str, facts: _TensorFacts, root: str | Non
     )
 
 
-def _special_note(tensor: Any, tp: type) -> str:
+def _special_note(T: TorchTypes, tensor: Any, tp: type) -> str:
     """A short note for layouts and subclasses that behave differently from plain tensors."""
     try:
-        if tp.__name__ == "FunctionalTensor" or "Fake" in tp.__name__:
+        if objects.is_fake(T, tensor):
             return "fake tensor (no data)"
         if tp.__name__ == "DTensor":
             return dtensor_note(tensor)
@@ -256,7 +256,7 @@ def _tensor_record(
             movable_reason="an uninitialized lazy parameter has no data yet",
         )
     device = T.device_name(tensor.device)
-    note = _special_note(tensor, tp)
+    note = _special_note(T, tensor, tp)
     measured = _dtensor_local(tensor) if tp.__name__ == "DTensor" else tensor
     if note == "fake tensor (no data)":
         needed = objects.unusual_storages(T, measured, device, storages)

@@ -114,7 +114,7 @@ def divergence_row(noted: dict[str, Any] | None, places: Places) -> Divergence |
 
 def _transfers(noted: dict[Any, list[Any]], places: Places) -> list[Transfer]:
     transfers = []
-    for (code, line, source, target), entry in noted.items():
+    for (_, code, line, source, target), entry in noted.items():
         count, nbytes, names, module, direct = entry
         function, filename, file, text, in_loop = places.place(code, line)
         transfers.append(
@@ -140,7 +140,7 @@ def _transfers(noted: dict[Any, list[Any]], places: Places) -> list[Transfer]:
 
 def _reads(noted: dict[Any, list[Any]], places: Places) -> list[HostRead]:
     reads = []
-    for (code, line, device), (count, ops, module) in noted.items():
+    for (_, code, line, device), (count, ops, module) in noted.items():
         function, filename, file, text, in_loop = places.place(code, line)
         reads.append(
             HostRead(

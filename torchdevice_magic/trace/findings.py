@@ -22,9 +22,10 @@ _NOTING_DEPTH = 2
 class Findings:
     """The counts and notes of one run of the recorder.
 
-    ``ops``: ``device`` or ``(device, module)`` -> ops counted. ``transfers``: ``(code, line,
-    source, target)`` -> ``[count, bytes, {names}, module, direct count]``. ``reads``:
-    ``(code, line, device)`` -> ``[count, {labels}, module]``. ``divergence``: the first op
+    ``ops``: ``device`` or ``(device, module)`` -> ops counted. ``transfers``: ``(file, code,
+    line, source, target)`` -> ``[count, bytes, {names}, module, direct count]``. ``reads``:
+    ``(file, code, line, device)`` -> ``[count, {labels}, module]``. The file leads each key:
+    code objects that differ in their file only compare equal. ``divergence``: the first op
     mixing devices, as a dict of plain values; ``meta_mix`` the same for the first op computing
     with a meta tensor beside a real one. ``module_stack``: ``(name, module)`` of the
     forwards running, innermost last. ``filename``: the cell's file name, found from the first
@@ -80,9 +81,10 @@ class Findings:
             return
         if frame is None:
             self.unattributed += 1
-            key = (None, None, str(source), str(target))
+            key = (None, None, None, str(source), str(target))
         else:
-            key = (frame.f_code, frame.f_lineno, str(source), str(target))
+            code = frame.f_code
+            key = (code.co_filename, code, frame.f_lineno, str(source), str(target))
         entry = self.transfers.get(key)
         nbytes = src.numel() * src.element_size()
         if entry is None:
@@ -105,9 +107,10 @@ class Findings:
             return
         if frame is None:
             self.unattributed += 1
-            key = (None, None, str(device))
+            key = (None, None, None, str(device))
         else:
-            key = (frame.f_code, frame.f_lineno, str(device))
+            code = frame.f_code
+            key = (code.co_filename, code, frame.f_lineno, str(device))
         entry = self.reads.get(key)
         if entry is None:
             self.reads[key] = [1, {label: None}, self.module()]

@@ -1,42 +1,18 @@
-"""Whose line is it, and what is a tensor called there.
+"""What a tensor is called where an op ran, and which lines of a cell sit in a loop.
 
-Which directories hold library code (never "the user's line"), the name a frame gives a
-tensor (a local, a module's parameter/buffer/attribute, the base of a view), the name the
-namespace gives a module, and which lines of a cell sit in a loop. Read only when the recorder notes an interesting op, and when the report
-is built. Standard library only; ``torch.nn`` is looked up in ``sys.modules``.
+The name a frame gives a tensor (a local, a module's parameter/buffer/attribute, the base of a
+view), the name the namespace gives a module, and which lines of a cell sit in a loop. Read
+only when the recorder notes an interesting op, and when the report is built. Standard library
+only; ``torch.nn`` is looked up in ``sys.modules``.
 """
 
 from __future__ import annotations
 
 import ast
-import functools
-import os
 import sys
-import sysconfig
 from collections.abc import Mapping
 from types import FrameType
 from typing import Any
-
-
-def library_prefixes() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """Directories whose code is never "the user's line": (packages, stdlib, site-packages
-    inside stdlib, which is the user's again: system Pythons put it there)."""
-    packages = []
-    for name in ("torch", "IPython", "ipykernel", "traitlets", "numpy"):
-        path = getattr(sys.modules.get(name), "__file__", None)
-        if path:
-            packages.append(os.path.dirname(os.path.abspath(path)) + os.sep)
-    return (tuple(packages), *_interpreter_prefixes())
-
-
-@functools.cache
-def _interpreter_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    # the interpreter's own directories never change in a process; asking sysconfig costs
-    # ~0.5 ms (per traced cell, without the cache)
-    paths = sysconfig.get_paths()
-    stdlib = {os.path.abspath(paths[k]) + os.sep for k in ("stdlib", "platstdlib") if paths.get(k)}
-    site = {os.path.abspath(paths[k]) + os.sep for k in ("purelib", "platlib") if paths.get(k)}
-    return tuple(stdlib), tuple(site)
 
 
 def name_in_frame(frame: FrameType, tensor: Any, modules: list[tuple[str, Any]]) -> str | None:

@@ -6,13 +6,12 @@ host reads, the first divergence), never for every op.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from types import CodeType, FrameType
 from typing import Any
 
-from .frames import library_prefixes
+from ..sourcefiles import CodeKind, code_owner
 
 #: the walk stopped at the code that entered the recorder: an op of ours or IPython's made
 #: outside the traced code (the post-execute hook's scan), not recorded
@@ -21,9 +20,6 @@ OUTSIDE: Any = object()
 # whose code a code object is: the user's (0, falsy: the hot loop tests ``not owner``), this
 # extension's own, or another library's (plain ints: compared for every frame of every op)
 USER_CODE, EXTENSION_CODE, LIBRARY_CODE = 0, 1, 2
-
-# this package's modules, all of them (the post-execute hook's scan is ours too)
-_PACKAGE_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 class FrameLocator:
@@ -41,9 +37,9 @@ class FrameLocator:
         self.thread = thread
         self.direct = True
         self.borrowed = False
-        self._whose: dict[CodeType, int] = {}
-        # read on the first op worth noting: a cell that notes nothing never pays for it
-        self._prefixes: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None = None
+        # by id, the code kept alive beside its owner: code objects that differ only in their
+        # file (the same function in an installed package and in the user's copy) compare equal
+        self._whose: dict[int, tuple[CodeType, int]] = {}
 
     def locate(self, frame: FrameType | None) -> Any:
         """The user's frame for an op whose Python stack starts at ``frame``; None when no
@@ -66,9 +62,10 @@ class FrameLocator:
         direct = True
         while frame is not None:
             code = frame.f_code
-            kind = whose.get(code)
-            if kind is None:
-                kind = whose[code] = self._whose_code(code)
+            known = whose.get(id(code))
+            if known is None:
+                known = whose[id(code)] = (code, self._whose_code(code))
+            kind = known[1]
             if not kind:
                 self.direct = direct
                 return frame
@@ -81,22 +78,10 @@ class FrameLocator:
         return None
 
     def _whose_code(self, code: CodeType) -> int:
-        filename = code.co_filename
-        if filename.startswith("<frozen"):
-            return LIBRARY_CODE
-        if filename.startswith("<"):
-            return USER_CODE  # a cell, exec'd code
-        filename = os.path.abspath(filename)
-        if filename.startswith(_PACKAGE_DIRECTORY):
-            return EXTENSION_CODE
-        if self._prefixes is None:
-            self._prefixes = library_prefixes()
-        packages, stdlib, site = self._prefixes
-        if filename.startswith(packages):
-            return LIBRARY_CODE
-        if filename.startswith(stdlib) and not filename.startswith(site):
-            return LIBRARY_CODE
-        return USER_CODE
+        kind = code_owner(code.co_filename).kind
+        if kind is CodeKind.USER:
+            return USER_CODE
+        return EXTENSION_CODE if kind is CodeKind.EXTENSION else LIBRARY_CODE
 
     def cell_filename(self, frame: FrameType | None, namespace: dict[str, Any]) -> str | None:
         """The file name the cell was compiled under: the frame running at module level in
