@@ -1,0 +1,88 @@
+"""A DataLoader's data stays where it is when what holds it moves: every row and button that
+shows it (small or aggregated, on its own or inside a trainer) says what the move then does."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from torchdevice_magic import objects, scan
+from torchdevice_magic import viewmodel as vm
+from torchdevice_magic.moves import move
+from torchdevice_magic.viewmodel import Target, WindowSpec
+
+CPU_AND_META = (Target("cpu", True, ""), Target("meta", True, ""))
+#: more tensors than one row shows one by one (scan.AGGREGATE_ABOVE is 16)
+MANY = 20
+
+
+class ListDataset(Dataset):  # type: ignore[type-arg]
+    """A dataset class holding its samples in a list of tensors."""
+
+    def __init__(self, count: int) -> None:
+        self.items = [torch.randn(3) for _ in range(count)]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return self.items[index]
+
+
+class Trainer:
+    def __init__(self, samples: int) -> None:
+        self.model = nn.Linear(4, 2)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9)
+        data = TensorDataset(*(torch.randn(8, 4) for _ in range(samples)))
+        self.loader = DataLoader(data, batch_size=4)
+
+
+def rows_of(ns: dict[str, object], target: str = "meta") -> dict[str, vm.Row]:
+    return {row.name: row for row in vm.window(scan(ns).records, WindowSpec(), target).rows}
+
+
+def test_a_big_loaders_data_is_one_row_that_says_it_stays_as_move_all_does() -> None:
+    ns = {
+        "dl": DataLoader(TensorDataset(*(torch.randn(8) for _ in range(MANY))), batch_size=4),
+        "listed": DataLoader(ListDataset(MANY), batch_size=4),
+        "trainer": Trainer(MANY),
+        "x": torch.ones(2),
+    }
+    rows = rows_of(ns)
+    assert set(rows) == {
+        "dl",
+        "listed",
+        "trainer.model",
+        "trainer.optimizer",
+        "trainer.loader",
+        "x",
+    }
+    for name in ("dl", "listed", "trainer.loader"):
+        row = rows[name]
+        assert row.shape == f"{MANY} items" and row.status == objects.LOADER_DATA_STAYS
+        assert not row.selectable
+        assert row.action == vm.Action(
+            False, "→ meta", f"{name} cannot be moved: {objects.LOADER_DATA_STAYS}"
+        )
+    assert rows["trainer.model"].action.enabled and rows["x"].action.enabled
+    result = move(ns, "meta")
+    assert result.ok, result.failed
+    assert {item.name for item in result.moved} == {"trainer", "x"}
+    assert sorted(result.skipped) == [
+        (name, objects.LOADER_DATA_STAYS) for name in ("dl", "listed", "trainer.loader")
+    ]
+    assert ns["trainer"].model.weight.device.type == "meta"  # type: ignore[attr-defined]
+    kept = [*ns["dl"].dataset.tensors, *ns["listed"].dataset.items]  # type: ignore[attr-defined]
+    kept += ns["trainer"].loader.dataset.tensors  # type: ignore[attr-defined]
+    assert all(t.device.type == "cpu" for t in kept)
+
+
+def test_move_all_is_off_when_only_a_big_loaders_data_is_left() -> None:
+    ns = {"dl": DataLoader(TensorDataset(*(torch.randn(8) for _ in range(MANY))), batch_size=4)}
+    header = vm.header(scan(ns), CPU_AND_META, target="meta")
+    assert not header.move_all.enabled
+    assert header.move_all.reason.startswith("nothing to move")
+    result = move(ns, "meta")
+    assert result.ok and not result.moved
+    assert result.skipped == [("dl", objects.LOADER_DATA_STAYS)]
