@@ -102,7 +102,9 @@ class _CompositeParts:
 
     def read(self, value: Any, walked: objects.Walk) -> None:
         leaves = walked.leaves
-        loaders = [objects.loader_above(walked, leaf.node) for leaf in leaves]
+        loaders: list[str | None] = [None] * len(leaves)
+        if any(node.kind == Kind.DATALOADER for node in walked.nodes):
+            loaders = [objects.loader_above(walked, leaf.node) for leaf in leaves]
         # a walk cut short is one record (the mover does not split it either)
         groups: list[str | None] = [None] * len(leaves) if walked.truncated else loaders
         summaries = {
