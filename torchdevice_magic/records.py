@@ -39,6 +39,9 @@ class Record:
     movable: bool = True
     #: why ``movable`` is False, in one line ("" when movable)
     movable_reason: str = ""
+    #: for what moves with its name: each DataLoader that name holds, with the devices of its
+    #: data, which stays there when the name moves (its batches move in the training loop)
+    loader_data_stays: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # modules
     param_count: int = 0
     param_bytes: dict[str, int] = field(default_factory=dict)

@@ -3,13 +3,14 @@ shows it (small or aggregated, on its own or inside a trainer) says what the mov
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from torchdevice_magic import objects, scan
 from torchdevice_magic import viewmodel as vm
-from torchdevice_magic.moves import move
+from torchdevice_magic.moves import MoveError, move
 from torchdevice_magic.viewmodel import Target, WindowSpec
 
 CPU_AND_META = (Target("cpu", True, ""), Target("meta", True, ""))
@@ -86,3 +87,43 @@ def test_move_all_is_off_when_only_a_big_loaders_data_is_left() -> None:
     result = move(ns, "meta")
     assert result.ok and not result.moved
     assert result.skipped == [("dl", objects.LOADER_DATA_STAYS)]
+
+
+def test_a_trainers_rows_say_its_loaders_data_stays_as_the_move_leaves_it() -> None:
+    """The model's and the optimizer's rows move the whole trainer: their button says what
+    that does with the trainer's DataLoader (small or big), before the move and after it."""
+    for samples in (2, MANY):
+        ns = {"trainer": Trainer(samples)}
+        stays = "trainer.loader's data, which stays on cpu"
+        model = rows_of(ns)["trainer.model"]
+        assert model.action == vm.Action(
+            True, "→ meta", f"Move trainer (all of it but {stays}; not just trainer.model) to meta"
+        )
+        assert "all of it," not in model.action.reason
+        result = move(ns, "meta", ["trainer"])
+        assert result.ok and result.skipped == [("trainer.loader", objects.LOADER_DATA_STAYS)]
+        trainer = ns["trainer"]
+        assert trainer.model.weight.device.type == "meta"
+        assert all(t.device.type == "cpu" for t in trainer.loader.dataset.tensors)
+
+
+def test_a_trainer_whose_loaders_data_alone_is_elsewhere_is_already_there() -> None:
+    """Only the loader's data is off the target: nothing would move, so the button is off
+    (and says why), as the mover refuses."""
+    trainer = Trainer(2)
+    meta = tuple(t.to("meta") for t in trainer.loader.dataset.tensors)
+    trainer.loader = DataLoader(TensorDataset(*meta), batch_size=4)
+    ns = {"trainer": trainer}
+    action = rows_of(ns, "cpu")["trainer.model"].action
+    stays = "trainer.loader's data, which stays on meta"
+    assert action == vm.Action(False, "→ cpu", f"trainer is already on cpu (all of it but {stays})")
+    with pytest.raises(MoveError, match="a DataLoader's data stays where it is"):
+        move(ns, "cpu", ["trainer"])
+
+
+def test_the_words_name_every_loader_and_where_its_data_is() -> None:
+    words = vm.rows.loader_data_words
+    assert words(()) == ""
+    assert words((("t.loader", ("cpu",)),)) == "t.loader's data, which stays on cpu"
+    two = (("t.train", ("cpu",)), ("t.val", ("cpu", "meta")))
+    assert words(two) == "the data of t.train and t.val, which stays on cpu, meta"

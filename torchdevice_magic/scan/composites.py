@@ -99,6 +99,9 @@ class _CompositeParts:
         self.volatile = False  # grad-carrying tensors inside: looked at again on every recheck
         #: modules and optimizers inside: (kind, weak reference(s), signature), checked cheaply
         self.held: list[tuple[str, Any, tuple[Any, ...]]] = []
+        #: the devices of each DataLoader's data, and which records are that data
+        self.stays: dict[str, set[str]] = {}
+        self.loader_data: list[bool] = []
 
     def read(self, value: Any, walked: objects.Walk) -> None:
         leaves = walked.leaves
@@ -118,8 +121,29 @@ class _CompositeParts:
             holders = {node.path: node.value for node in walked.nodes}
             for group, summary in summaries.items():
                 holder = value if group is None else holders[group]
-                self.records.append(summary.record(holder, group or self.name, self.name, walked))
-                self.record_keys.append(tuple(summary.storages))
+                record = summary.record(holder, group or self.name, self.name, walked)
+                self._append(record, tuple(summary.storages), group)
+        if self.stays:
+            self._say_what_stays()
+
+    def _append(self, record: Record, keys: Iterable[StorageKey], loader: str | None) -> None:
+        self.records.append(record)
+        self.record_keys.append(keys)
+        self.loader_data.append(loader is not None)
+        if loader is not None:
+            self.stays.setdefault(loader, set()).update(record.devices)
+
+    def _say_what_stays(self) -> None:
+        """Each row that moves with the name names the DataLoaders whose data stays, and
+        where: its button says what the move does."""
+        stays = tuple(
+            (loader, tuple(sorted(found, key=device_sort_key)))
+            for loader, found in self.stays.items()
+        )
+        self.records = [
+            record if loader_data else replace(record, loader_data_stays=stays)
+            for record, loader_data in zip(self.records, self.loader_data, strict=True)
+        ]
 
     def _add(
         self, leaf: objects.Leaf, loader: str | None, summary: _ContainerSummary | None
@@ -163,8 +187,7 @@ class _CompositeParts:
                 movable_reason=objects.LOADER_DATA_STAYS,
                 note=record.note or objects.LOADER_DATA_STAYS,
             )
-        self.records.append(record)
-        self.record_keys.append(tuple(own))
+        self._append(record, tuple(own), loader)
 
     def _held_record(self, item: Any, item_kind: str, path: str) -> tuple[Record, Storages]:
         """A module's or an optimizer's record inside the composite, and its storages."""
