@@ -13,7 +13,7 @@ from operator import add, and_, getitem, lshift
 from typing import Any
 
 from ..devices import full_device_name, same_device
-from ..records import KEEPS_NO_STATE
+from ..records import KEEPS_NO_STATE, NO_STATE_YET
 from ..units import device_sort_key, format_bytes
 
 #: Internal codes some parts of the core use, said in words wherever a view shows them.
@@ -253,11 +253,7 @@ def row_action(
     if record.hidden:
         return Action(False, label, f"{record.name} is held only by IPython's output history")
     if record.kind == "optimizer" and not record.bytes and not record.devices:
-        why = (
-            KEEPS_NO_STATE
-            if record.note == KEEPS_NO_STATE
-            else "has no state yet (it gets some at its first step)"
-        )
+        why = KEEPS_NO_STATE if record.note == KEEPS_NO_STATE else f"has {NO_STATE_YET}"
         return Action(False, label, f"{record.name} {why}; its parameters move with their module")
     if not record.movable:
         why = in_words(record.note) if record.note else "it holds no data to move"
