@@ -127,3 +127,26 @@ def test_the_words_name_every_loader_and_where_its_data_is() -> None:
     assert words((("t.loader", ("cpu",)),)) == "t.loader's data, which stays on cpu"
     two = (("t.train", ("cpu",)), ("t.val", ("cpu", "meta")))
     assert words(two) == "the data of t.train and t.val, which stays on cpu, meta"
+
+
+def test_a_walk_cut_short_is_a_row_that_cannot_move_for_the_movers_reason() -> None:
+    """A DataLoader over a dataset of more samples than a walk visits, and an object holding
+    a model and that many tensors: the mover leaves both (it does not move what it could not
+    walk to the end), and each row's button is off with the reason the move gives."""
+
+    class Holder:
+        def __init__(self) -> None:
+            self.model = nn.Linear(2, 2)
+            self.samples = [torch.randn(3) for _ in range(objects.OBJECT_CAP + 10)]
+
+    ns = {"dl": DataLoader(ListDataset(objects.OBJECT_CAP + 10)), "holder": Holder()}
+    rows = rows_of(ns)
+    result = move(ns, "meta")
+    assert result.ok and not result.moved
+    reasons = dict(result.skipped)
+    assert reasons["dl"] == objects.LOADER_DATA_STAYS
+    assert reasons["holder"].startswith("holder holds more than 10,000 elements")
+    for name, reason in reasons.items():
+        assert not rows[name].action.enabled and not rows[name].selectable
+        assert reason in rows[name].action.reason
+    assert ns["holder"].model.weight.device.type == "cpu"  # type: ignore[attr-defined]

@@ -322,6 +322,10 @@ class _ContainerSummary:
             note = f"{self.count:,} {element_type} objects"
         if walked.truncated:
             note += f"; stopped after {walked.cap:,} elements, the rest is not counted"
+            if self.loader_data < self.count:
+                # the mover does not move what it could not walk to the end: nor does the row
+                movable, reason = False, objects.cut_short_reason(root, walked)
+                note += f"; {reason}"
         return Record(
             name,
             root,
