@@ -12,6 +12,14 @@ from typing import Any, NamedTuple
 #: The note the scan gives an optimizer that never keeps state (torch's SGD without momentum),
 #: unlike one that has none yet (Adam before its first step).
 KEEPS_NO_STATE = "keeps no state (SGD without momentum)"
+#: What a frame of records says of an optimizer that has no state yet (Adam before its first
+#: step): the words the table's device column adds, ``cpu (params; no state yet)``.
+NO_STATE_YET = "no state yet (it gets some at its first step)"
+#: The columns of a frame of records (:meth:`Record.frame_row`).
+FRAME_COLUMNS = [
+    "name", "kind", "type", "device", "param_devices", "dtype", "shape", "numel", "bytes",
+    "would_need_bytes", "requires_grad", "grad_bytes", "shares_with", "hidden", "mixed", "note",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +47,9 @@ class Record:
     movable: bool = True
     #: why ``movable`` is False, in one line ("" when movable)
     movable_reason: str = ""
+    #: for what moves with its name: each DataLoader that name holds, with the devices of its
+    #: data, which stays there when the name moves (its batches move in the training loop)
+    loader_data_stays: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # modules
     param_count: int = 0
     param_bytes: dict[str, int] = field(default_factory=dict)
@@ -71,6 +82,19 @@ class Record:
             state = "no state" if self.note == KEEPS_NO_STATE else "no state yet"
             return f"{', '.join(self.param_devices)} (params; {state})"
         return "-"
+
+    def frame_row(self) -> dict[str, Any]:
+        """The record as one row of a pandas DataFrame (:data:`FRAME_COLUMNS`), for filtering:
+        ``device`` names where the data is and nothing else (one device, several joined by
+        ", ", ``mixed`` says so, or ``""`` when it holds no data). The table's ``cpu (params;
+        no state yet)`` for an optimizer without state is split into ``param_devices`` (where
+        the parameters it updates are, for every optimizer) and ``note``."""
+        row = {column: getattr(self, column) for column in FRAME_COLUMNS}
+        row["device"] = ", ".join(self.devices)
+        row["param_devices"] = ", ".join(self.param_devices)
+        if self.kind == "optimizer" and not self.devices and not self.note:
+            row["note"] = NO_STATE_YET
+        return row
 
     def data_bytes(self) -> int:
         """The object's own data, gradients apart: the one size figure every view shows (the

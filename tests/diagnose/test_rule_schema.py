@@ -73,6 +73,7 @@ def test_same_device_is_one_rule_for_the_diagnosis_and_the_view() -> None:
         kind = "tensor"
         movable = True
         note = ""
+        loader_data_stays = ()
         name = root = "x"
 
     for on in ("cuda:0", "cuda:1", "cpu"):

@@ -122,6 +122,23 @@ def test_devices_engines_magic_shows_the_table_of_the_px_client(
     assert "_gather_model" in set(frame.name)
 
 
+def test_devices_engines_o_names_devices_only_in_its_device_column(
+    px_client: Any, placed: Any, ip: Any
+) -> None:
+    """As ``%devices -o``: filter with ``frame.device == "simdev:0"``; an optimizer without
+    state names its parameters' device in ``param_devices`` and says why in ``note``."""
+    placed.execute("_gather_opt = torch.optim.Adam(_gather_model.parameters())")
+    try:
+        frame = ip.run_line_magic("devices", "--engines 0 -o").set_index("name")
+    finally:
+        placed.execute("del _gather_opt")
+    assert frame.loc["_gather_opt", "device"] == ""
+    assert frame.loc["_gather_opt", "param_devices"] == "simdev:0"
+    assert frame.loc["_gather_opt", "note"].startswith("no state yet")
+    assert list(frame[frame.device == "simdev:0"].index) == ["_gather_model"]
+    assert not frame.device.str.contains("params").any()
+
+
 def test_without_a_client_the_magic_says_how_to_connect_one(ip: Any) -> None:
     from IPython.core.error import UsageError
 

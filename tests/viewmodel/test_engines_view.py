@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from torchdevice_magic.records import DeviceTotal, Record
+from torchdevice_magic.records import NO_STATE_YET, DeviceTotal, Record
 from torchdevice_magic.viewmodel.engines import (
     EngineAnswer,
     Gathered,
@@ -45,9 +45,9 @@ def test_a_summary_counts_names_per_device_and_keeps_the_allocator_figures() -> 
 
 def test_object_rows_are_the_names_biggest_first_up_to_the_limit() -> None:
     assert object_rows(RECORDS) == [
-        ["w", "tensor", "Tensor", "cuda:1", 4000],
-        ["model", "module", "Tensor", "cpu, cuda:1", 500],
-        ["x", "tensor", "Tensor", "cpu", 64],
+        ["w", "tensor", "Tensor", "cuda:1", 4000, "cuda:1", "", ""],
+        ["model", "module", "Tensor", "cpu, cuda:1", 500, "cpu, cuda:1", "", ""],
+        ["x", "tensor", "Tensor", "cpu", 64, "cpu", "", ""],
     ]
     assert [row[0] for row in object_rows(RECORDS, limit=1)] == ["w"]
 
@@ -85,6 +85,30 @@ def test_expanded_objects_are_listed_and_escaped_in_html() -> None:
     assert "&lt;x&gt;" in html and "&lt;b&gt;" in html and "<x>" not in html
     frame = gathered.to_frame(objects=True)
     assert frame.name.tolist() == ["<x>"]
+
+
+def test_the_objects_frame_names_devices_only_as_devices_o_does() -> None:
+    """``%devices --engines N -o``: the device column is for filtering; the words the tables
+    add (an optimizer without state names its parameters' device) go to param_devices and
+    note, as in ``%devices -o``."""
+    from torchdevice_magic import scan
+
+    model = torch.nn.Linear(2, 2)
+    namespace = {"model": model, "opt": torch.optim.Adam(model.parameters()), "x": torch.ones(3)}
+    inventory = scan(namespace)
+    totals = inventory.device_totals()
+    summary = engine_summary(inventory.records, totals, rank=0, host="h", pid=1)
+    gathered = Gathered([EngineAnswer(0, summary, object_rows(inventory.records))])
+    frame = gathered.to_frame(objects=True).set_index("name")
+    local = inventory.to_frame().set_index("name")
+    for column in ("device", "param_devices", "note"):
+        assert frame[column].to_dict() == local[column].to_dict(), column
+    assert frame.loc["opt", "device"] == "" and frame.loc["opt", "param_devices"] == "cpu"
+    assert frame.loc["opt", "note"] == NO_STATE_YET
+    assert sorted(frame[frame.device == "cpu"].index) == ["model", "x"]
+    # the tables still say where the optimizer's parameters are, in words
+    assert "opt  Adam  cpu (params; no state yet)" in gathered.text()
+    assert json.loads(json.dumps(summary)) == summary
 
 
 def test_an_initialised_accelerator_shows_the_memory_no_name_holds(monkeypatch) -> None:

@@ -112,10 +112,7 @@ def add_container(plan: Plan, name: str, obj: Any, dest: Any, layout: Any) -> No
     target = _target_for(dest, layout)
     found, walked = plan.reach(name, obj)
     if walked.truncated:
-        plan.skip_or_refuse(
-            name,
-            f"{name} holds more than {walked.cap:,} elements: name the tensors in it directly",
-        )
+        plan.skip_or_refuse(name, objects.cut_short_reason(name, walked))
         return
     sorted_ = _Found().sort(found)
     devices: set[Any] = set()

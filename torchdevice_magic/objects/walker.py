@@ -206,6 +206,15 @@ LOADER_DATA_STAYS = (
 )
 
 
+def cut_short_reason(name: str, walked: Walk) -> str:
+    """Why a move leaves ``name`` whose walk stopped at its cap (what it does not know, it
+    does not move); the scan's row says the same. A cut-short walk of a DataLoader's data
+    alone says :data:`LOADER_DATA_STAYS` instead: that data stays whatever its size."""
+    if walked.leaves and all(loader_above(walked, leaf.node) for leaf in walked.leaves):
+        return LOADER_DATA_STAYS
+    return f"{name} holds more than {walked.cap:,} elements: name the tensors in it directly"
+
+
 def loader_above(walked: Walk, index: int) -> str | None:
     """The path of the DataLoader that is node ``index`` or holds it, or None: a loader's data
     stays where it is when what holds it moves (its batches move in the training loop; a

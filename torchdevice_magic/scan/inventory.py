@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from ..objects import StorageKey, Storages
-from ..records import ColumnRows, DeviceTotal, Record
+from ..records import FRAME_COLUMNS, ColumnRows, DeviceTotal, Record
 from ..units import collector_paused, device_sort_key
 from .book import _Book, _State
 from .columns import _BULK_RECORDS
@@ -307,7 +307,7 @@ class Inventory(_Contents):
         only (``frame[frame.device == "cpu"]``), the words the tables add go to ``note``."""
         import pandas as pd
 
-        return pd.DataFrame(list(map(_frame_row, self.records)), columns=_FRAME_COLUMNS)
+        return pd.DataFrame(list(map(Record.frame_row, self.records)), columns=FRAME_COLUMNS)
 
     def to_json(self, **context: Any) -> dict[str, Any]:
         """The protocol snapshot (see :mod:`torchdevice_magic.protocol`)."""
@@ -319,29 +319,6 @@ class Inventory(_Contents):
 
     def _repr_html_(self) -> str:
         return str(_drawing("html")(self))
-
-
-#: The columns of :meth:`Inventory.to_frame`.
-_FRAME_COLUMNS = [
-    "name", "kind", "type", "device", "param_devices", "dtype", "shape", "numel", "bytes",
-    "would_need_bytes", "requires_grad", "grad_bytes", "shares_with", "hidden", "mixed", "note",
-]  # fmt: skip
-
-#: The note of an optimizer that has no state yet (Adam before its first step).
-_NO_STATE_YET = "no state yet (it gets some at its first step)"
-
-
-def _frame_row(record: Record) -> dict[str, Any]:
-    """One DataFrame row. ``device`` names where the record's data is and nothing else: one
-    device, several joined by ", " (``mixed`` says so), or ``""`` when it holds no data. The
-    table's ``cpu (params; no state yet)`` for an optimizer without state is split into
-    ``param_devices`` (where the parameters it updates are, for every optimizer) and ``note``."""
-    row = {column: getattr(record, column) for column in _FRAME_COLUMNS}
-    row["device"] = ", ".join(record.devices)
-    row["param_devices"] = ", ".join(record.param_devices)
-    if record.kind == "optimizer" and not record.devices and not record.note:
-        row["note"] = _NO_STATE_YET
-    return row
 
 
 def orphan_warning(name: str, unreachable: int, total: int) -> str:

@@ -143,6 +143,7 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
         self.progress = self._progress.bar
         self.progress_label = self._progress.label
         self.status = widgets.HTML()
+        self._status_text = ""  # the status line's latest news, as said
         self._rows = RowPool(self.page_size, self._on_check, self._on_row_click)
         self.grid = self._rows.grid
 
@@ -280,7 +281,17 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
 
     def _set_status(self, text: str, error: bool = False) -> None:
         style = ERROR_STYLE if error else OK_STYLE
+        self._status_text = text
         self.status.value = f'<span style="{style}">{escape(text)}</span>'
+
+    def _age_status(self, when: Any) -> None:
+        """After a Refresh the table shows the namespace of now, and the status line's news
+        (the last move, undo or refusal) came before it: kept, muted and marked as the last
+        action, so it does not read as what the refreshed table shows."""
+        if self._status_text:
+            at = f" at [{when}]" if when is not None else ""
+            text = f"last action, before the refresh{at}: {self._status_text}"
+            self.status.value = f'<span style="{MUTED_STYLE}">{escape(text)}</span>'
 
     # -- actions ------------------------------------------------------------------------------
     def _execution_count(self) -> Any:
@@ -354,7 +365,9 @@ class DeviceTable(widgets.VBox):  # type: ignore[misc]
     @_guarded
     def _on_refresh(self, _button: Any = None) -> None:
         self.app.full_scan()
-        self._recompute(reason=f"refreshed by its button (kernel at [{self._execution_count()}])")
+        when = self._execution_count()
+        self._recompute(reason=f"refreshed by its button (kernel at [{when}])")
+        self._age_status(when)
 
     @_guarded
     def _on_prev(self, _button: Any = None) -> None:

@@ -21,7 +21,7 @@ from ..records import DeviceTotal, Record
 from ..units import device_sort_key, format_bytes
 
 #: bumped when the summary's fields change (an engine and its client may run different versions)
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 #: how many of an expanded engine's objects travel (the biggest first)
 OBJECT_LIMIT = 200
 
@@ -92,10 +92,34 @@ def accelerator_totals(present: Iterable[str]) -> list[DeviceTotal]:
 
 
 def object_rows(records: Iterable[Record], limit: int = OBJECT_LIMIT) -> list[list[Any]]:
-    """An expanded engine's objects, biggest first: ``[name, kind, type, device, bytes]``."""
+    """An expanded engine's objects, biggest first: ``[name, kind, type, device, bytes,
+    devices, param_devices, note]``. ``device`` is what the tables show (``Record.device``:
+    ``cpu (params; no state yet)``); the last three are the DataFrame's (``Record.frame_row``:
+    device names only, the words apart)."""
     visible = [r for r in records if not r.hidden and r.name == r.root]
     visible.sort(key=lambda r: (-r.data_bytes(), r.name))
-    return [[r.name, r.kind, r.type, r.device, r.data_bytes()] for r in visible[:limit]]
+    rows = []
+    for record in visible[:limit]:
+        frame = record.frame_row()
+        rows.append(
+            [record.name, record.kind, record.type, record.device, record.data_bytes(),
+             frame["device"], frame["param_devices"], frame["note"]]
+        )  # fmt: skip
+    return rows
+
+
+def _shown(row: Sequence[Any]) -> tuple[str, str, str, str, int]:
+    """An object row's ``(name, kind, type, device as the tables show it, bytes)``."""
+    name, kind, type_name, device, nbytes = row[:5]
+    return str(name), str(kind), str(type_name), str(device), int(nbytes)
+
+
+def _frame_fields(row: Sequence[Any]) -> tuple[str, str, str]:
+    """An object row's ``(device names, param_devices, note)`` for the DataFrame; an engine
+    of summary version 1 sent the tables' words alone (they stand in for the names)."""
+    if len(row) < 8:
+        return str(row[3]), "", ""
+    return str(row[5]), str(row[6]), str(row[7])
 
 
 @dataclass(frozen=True)
@@ -160,13 +184,17 @@ class Gathered:
         return rows
 
     def object_rows(self) -> list[dict[str, Any]]:
-        """The expanded engines' objects, one row each."""
+        """The expanded engines' objects, one row each, as ``%devices -o`` has them: ``device``
+        names devices only, the words go to ``param_devices`` and ``note``."""
         rows = []
         for answer in sorted(self.answers, key=lambda a: a.engine):
-            for name, kind, type_name, device, nbytes in answer.rows or ():
+            for row in answer.rows or ():
+                name, kind, type_name, _words, nbytes = _shown(row)
+                device, param_devices, note = _frame_fields(row)
                 rows.append(
                     {"engine": answer.engine, "rank": answer.rank, "name": name, "kind": kind,
-                     "type": type_name, "device": device, "bytes": nbytes}
+                     "type": type_name, "device": device, "param_devices": param_devices,
+                     "bytes": nbytes, "note": note}
                 )  # fmt: skip
         return rows
 
@@ -176,7 +204,8 @@ class Gathered:
         import pandas as pd
 
         if objects:
-            columns = ["engine", "rank", "name", "kind", "type", "device", "bytes"]
+            columns = ["engine", "rank", "name", "kind", "type", "device", "param_devices",
+                       "bytes", "note"]  # fmt: skip
             frame = pd.DataFrame(self.object_rows(), columns=columns)
         else:
             columns = ["engine", "rank", "host", "device", "objects", "bytes", "used", "total",
@@ -200,9 +229,9 @@ class Gathered:
             objects = None
             if answer.rows is not None:
                 objects = [
-                    {"name": str(n), "kind": str(k), "type": str(t), "device": str(d),
-                     "bytes": int(b), "size": format_bytes(b)}
-                    for n, k, t, d, b in answer.rows
+                    {"name": n, "kind": k, "type": t, "device": d, "bytes": b,
+                     "size": format_bytes(b)}
+                    for n, k, t, d, b in map(_shown, answer.rows)
                 ]  # fmt: skip
             engines.append(
                 {"engine": answer.engine, "rank": answer.rank, "host": answer.host,
@@ -261,7 +290,7 @@ class Gathered:
             items = "".join(
                 f"<tr><td>{escape(str(n))}</td><td>{escape(str(t))}</td><td>{escape(str(d))}"
                 f"</td><td>{escape(format_bytes(b))}</td></tr>"
-                for n, _k, t, d, b in answer.rows
+                for n, _k, t, d, b in map(_shown, answer.rows)
             )
             parts.append(
                 f"<p><b>Engine {answer.engine}</b></p><table><thead><tr><th>name</th>"
@@ -301,7 +330,7 @@ def _expanded_text(gathered: Gathered) -> list[str]:
         lines.append(f"engine {answer.engine}:")
         if not answer.rows:
             lines.append("  (no tensors, modules or optimizers)")
-        for name, _kind, type_name, device, nbytes in answer.rows:
+        for name, _kind, type_name, device, nbytes in map(_shown, answer.rows):
             lines.append(f"  {name}  {type_name}  {device}  {format_bytes(nbytes)}")
     return lines
 

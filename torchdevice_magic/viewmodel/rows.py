@@ -13,7 +13,7 @@ from operator import add, and_, getitem, lshift
 from typing import Any
 
 from ..devices import full_device_name, same_device
-from ..records import KEEPS_NO_STATE
+from ..records import KEEPS_NO_STATE, NO_STATE_YET
 from ..units import device_sort_key, format_bytes
 
 #: Internal codes some parts of the core use, said in words wherever a view shows them.
@@ -253,11 +253,7 @@ def row_action(
     if record.hidden:
         return Action(False, label, f"{record.name} is held only by IPython's output history")
     if record.kind == "optimizer" and not record.bytes and not record.devices:
-        why = (
-            KEEPS_NO_STATE
-            if record.note == KEEPS_NO_STATE
-            else "has no state yet (it gets some at its first step)"
-        )
+        why = KEEPS_NO_STATE if record.note == KEEPS_NO_STATE else f"has {NO_STATE_YET}"
         return Action(False, label, f"{record.name} {why}; its parameters move with their module")
     if not record.movable:
         why = in_words(record.note) if record.note else "it holds no data to move"
@@ -267,13 +263,32 @@ def row_action(
     devices = tuple(root_devices) if root_devices is not None else record.devices
     if not devices:
         return Action(False, label, f"{record.root} holds no tensors")
+    stays = loader_data_words(record.loader_data_stays)
+    whole = f"all of it but {stays}" if stays else "all of it"
     if all(_same_device(d, target) for d in devices):
-        return Action(False, label, f"{record.root} is already on {target}")
+        already = f"{record.root} is already on {target}"
+        return Action(False, label, f"{already} ({whole})" if stays else already)
     if record.root != record.name:
+        sep = "; " if stays else ", "
         return Action(
-            True, label, f"Move {record.root} (all of it, not just {record.name}) to {target}"
+            True, label, f"Move {record.root} ({whole}{sep}not just {record.name}) to {target}"
         )
+    if stays:
+        return Action(True, label, f"Move {record.name} ({whole}) to {target}")
     return Action(True, label, f"Move {record.name} to {target}")
+
+
+def loader_data_words(stays: Sequence[tuple[str, Sequence[str]]]) -> str:
+    """``trainer.loader's data, which stays on cpu``: what a move leaves where it is (a
+    DataLoader's data: its batches move in the loop), or ""."""
+    if not stays:
+        return ""
+    devices = sorted({d for _loader, found in stays for d in found}, key=device_sort_key)
+    where = f"on {', '.join(devices)}" if devices else "where it is"
+    if len(stays) == 1:
+        return f"{stays[0][0]}'s data, which stays {where}"
+    loaders = ", ".join(loader for loader, _found in stays[:-1])
+    return f"the data of {loaders} and {stays[-1][0]}, which stays {where}"
 
 
 def spans_devices(record: Any) -> bool:
@@ -322,9 +337,10 @@ def make_row(record: Any, target: str | None, root_devices: Sequence[str] | None
 
 
 def root_devices_of(records: Iterable[Any]) -> dict[str, tuple[str, ...]]:
-    """For parts of a top-level name (``batch['x']``): the devices of the whole name."""
+    """For parts of a top-level name (``batch['x']``): the devices of what moves when the
+    whole name moves (a part that cannot move, a DataLoader's data say, stays where it is)."""
     found: dict[str, set[str]] = {}
     for record in records:
-        if record.root != record.name:
+        if record.root != record.name and record.movable:
             found.setdefault(record.root, set()).update(record.devices)
     return {root: tuple(sorted(d, key=device_sort_key)) for root, d in found.items()}

@@ -367,3 +367,26 @@ def test_any_exception_from_the_session_becomes_a_status_line(
     table.refresh_button.click()
     assert "RuntimeError: kaboom &lt;script&gt;" in table.status.value
     assert not table.refresh_button.disabled and not table.move_all_button.disabled
+
+
+def test_after_refresh_the_last_moves_status_is_marked_as_earlier_news(
+    ip: Any, small: dict[str, Any], make_table: Callable[..., DeviceTable], monkeypatch
+) -> None:
+    """Refresh shows the namespace of now: the line saying what the last move did stays, but
+    muted and marked as the last action before that refresh, not as what the table shows."""
+    table = make_table()
+    table.target_dropdown.value = "meta"
+    table.move_all_button.click()
+    moved = status_text(table)
+    assert moved.startswith("Moved 3 objects") and "color:#166534" in table.status.value
+    ip.user_ns["x"] = torch.ones(100)  # a new x on the cpu: the move is history
+    monkeypatch.setattr(table.app, "cell_number", lambda: 12)  # the kernel's [12]
+    table.refresh_button.click()
+    assert column(table, "x") == "cpu"
+    said = status_text(table)
+    assert said == f"last action, before the refresh at [12]: {moved}"
+    assert "color:#166534" not in table.status.value and not is_error(table)
+    table.refresh_button.click()  # a second refresh: marked once, not twice
+    assert status_text(table) == said
+    table.move_all_button.click()  # new news is shown as news
+    assert status_text(table).startswith("Moved 1 object")
