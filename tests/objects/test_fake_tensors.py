@@ -115,3 +115,15 @@ def test_a_functionalized_tensor_is_keyed_by_the_storage_it_stands_for(T: TorchT
         found: dict[Any, Any] = {}
         assert add_storages(T, wrapper, "cpu", found) == 12
         assert found == theirs
+
+
+def test_a_lazy_tensor_is_real_and_its_functional_wrapper_is_left_alone(lazy_backend: str) -> None:
+    """torch's lazy (LTC) backend wraps every tensor for functionalization; the inner tensor has
+    no storage to read (reading it crashed the process), so the wrapper is the tensor."""
+    x = torch.ones(3).to(lazy_backend)
+    T = TorchTypes.current()
+    assert torch._is_functional_tensor(x)
+    assert not is_fake(T, x)
+    inventory = tdm.scan({"x": x})
+    (record,) = inventory.records
+    assert record.device.startswith("lazy") and record.bytes == 12

@@ -113,10 +113,18 @@ def inner_tensors(T: TorchTypes, tensor: Any) -> list[Any]:
     return [t for t in found if t is not tensor]
 
 
+#: device types whose backend wraps every tensor for functionalization (torch/_lazy, torch_xla)
+BACKEND_FUNCTIONALIZED = frozenset({"lazy", "xla"})
+
+
 def functional_inner(T: TorchTypes, tensor: Any) -> Any:
     """The tensor a functionalization wrapper stands for (the wrapper ``torch.func.functionalize``
-    makes, and the one a ``FunctionalTensor`` holds as ``elem``), or None for any other."""
+    makes, and the one a ``FunctionalTensor`` holds as ``elem``), or None for any other. Lazy
+    (LTC) and XLA tensors are functionalization wrappers too, made by their backend: their inner
+    tensor has no storage to read (reading it crashes the process), so they stay as they are."""
     try:
+        if tensor.device.type in BACKEND_FUNCTIONALIZED:
+            return None
         if T.torch._is_functional_tensor(tensor):
             return T.torch._from_functional_tensor(tensor)
     except Exception:  # a torch without functionalization, or a tensor it refuses
