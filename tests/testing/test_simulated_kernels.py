@@ -130,3 +130,36 @@ def test_stft_matches_the_cpu_and_a_window_left_on_the_cpu_gets_atens_message(
     torch.testing.assert_close(on_device.grad.cpu(), signal.grad)
     with pytest.raises(RuntimeError, match="stft input and window must be on the same device"):
         torch.stft(on_device, 16, 4, window=window, return_complex=True)
+
+
+@pytest.mark.simulated
+def test_matmul_with_a_vector_and_quantile_match_the_cpu(simulated_device: str) -> None:
+    """ATen's composites squeeze a dimension of their own result away in place here."""
+    torch.manual_seed(3)
+    shapes = [((3,), (3, 5)), ((3,), (2, 3, 5)), ((2, 3), (3,)), ((4, 2, 3), (3,)), ((3,), (3,))]
+    for first_shape, second_shape in shapes:
+        first = torch.randn(*first_shape, requires_grad=True)
+        second = torch.randn(*second_shape, requires_grad=True)
+        expected = first @ second
+        first_on = first.detach().to(simulated_device).requires_grad_()
+        second_on = second.detach().to(simulated_device).requires_grad_()
+        got = first_on @ second_on
+        assert got.shape == expected.shape, (first_shape, second_shape)
+        torch.testing.assert_close(got.cpu(), expected)
+        expected.sum().backward()
+        got.sum().backward()
+        assert first_on.grad is not None and first.grad is not None
+        torch.testing.assert_close(first_on.grad.cpu(), first.grad)
+    values = torch.randn(7)
+    for quantile in (torch.quantile, torch.nanquantile):
+        got = quantile(values.to(simulated_device), 0.5)
+        assert got.shape == () and str(got.device) == simulated_device
+        torch.testing.assert_close(got.cpu(), quantile(values, 0.5))
+
+
+@pytest.mark.simulated
+def test_an_in_place_op_named_with_its_overload_is_guarded_too(simulated_device: str) -> None:
+    x = torch.ones(1, 5, device=simulated_device)
+    with pytest.raises(RuntimeError, match=r"shape in place \(squeeze_; a GPU can\)"):
+        x.squeeze_(0)  # aten::squeeze_.dim
+    assert x.shape == (1, 5) and torch.equal(x.cpu(), torch.ones(1, 5))

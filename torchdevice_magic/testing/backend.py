@@ -525,7 +525,8 @@ def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
         target = torch.device(to_device)
         index = _checked_index(target.index) if target.type == DEVICE_TYPE else None
     # an in-place operator on a wrapper: its shape must not change (see _undo_reshape)
-    first = host_args[0] if host_args and name.endswith("_") else None
+    in_place = name.partition(".")[0].endswith("_")  # (the name carries its overload)
+    first = host_args[0] if host_args and in_place else None
     if first is not None and id(first) in call.hosts:
         before = (first.shape, first.stride(), first.storage_offset())
     else:
@@ -549,7 +550,7 @@ def _undo_reshape(name: str, host: Any, shape: Any, stride: Any, offset: int) ->
     and its values disagreeing. The values get their shape back and the call raises, naming
     the out-of-place form. (CUDA does these; ``nn.GRU(batch_first=True)`` does one inside.)"""
     host.as_strided_(shape, stride, offset)
-    operator = name.partition("::")[2]
+    operator = name.partition("::")[2].partition(".")[0]
     raise RuntimeError(
         f"the simulated accelerator {DEVICE_TYPE} cannot change a tensor's shape in place "
         f"({operator}; a GPU can): use the out-of-place form (x = x.{operator.rstrip('_')}(...)), "

@@ -9,9 +9,12 @@ that to a result of their own, never to the caller's tensor, so on CUDA they jus
 - ``nn.GRU`` and ``nn.RNN`` with ``batch_first=True`` turn their output around with
   ``transpose_`` (``aten/src/ATen/native/RNN.cpp``): :func:`batch_first_kernel` runs them
   time-major and turns input and output around out of place;
+- ``torch.matmul`` with a 1-D operand removes the dimension it added with ``squeeze_``
+  (``LinearAlgebra.cpp``): :func:`matmul_kernel` adds and removes it out of place;
 - ``torch.stft`` turns the FFT's output around with ``transpose_`` and ``squeeze_``
-  (``SpectralOps.cpp``): :func:`cpu_round_trip_kernel` computes it on the cpu and brings the
-  result back (autograd records both copies, so gradients reach the device's tensors).
+  (``SpectralOps.cpp``), ``torch.quantile`` squeezes a scalar ``q``'s dimension away:
+  :func:`cpu_round_trip_kernel` computes them on the cpu and brings the result back (autograd
+  records both copies, so gradients reach the device's tensors).
 
 Both are registered for AutogradPrivateUse1, where ATen's composite would otherwise run, and
 call that same C++ composite (its checks and messages) rather than the Python decomposition
@@ -27,7 +30,14 @@ from typing import Any
 #: the recurrent operators whose batch_first output ATen turns around in place
 BATCH_FIRST_IN_PLACE = ("gru.input", "rnn_tanh.input", "rnn_relu.input")
 #: composites computed on the cpu and brought back
-CPU_ROUND_TRIP = ("stft", "stft.center")
+CPU_ROUND_TRIP = (
+    "stft",
+    "stft.center",
+    "quantile",
+    "quantile.scalar",
+    "nanquantile",
+    "nanquantile.scalar",
+)
 
 
 def _overload(name: str) -> Any:
@@ -51,6 +61,25 @@ def batch_first_kernel(name: str) -> Callable[..., Any]:
             return op._op_dk(composite, *args)
         output, hidden = op._op_dk(composite, args[0].transpose(0, 1), *rest[1:], False)
         return output.transpose(0, 1), hidden
+
+    return kernel
+
+
+def matmul_kernel(name: str) -> Callable[..., Any]:
+    """The kernel for ``aten::matmul``: a 1-D operand gets its dimension of 1 out of place
+    (ATen's composite removes it with ``squeeze_``), as torch.matmul documents: prepended to
+    the first (and removed after), appended to the second."""
+    import torch
+
+    op = _overload(name)
+    composite = torch._C.DispatchKey.CompositeImplicitAutograd
+
+    def kernel(first: Any, second: Any) -> Any:
+        if first.dim() == 1 and second.dim() >= 2:
+            return op._op_dk(composite, first.unsqueeze(0), second).squeeze(-2)
+        if second.dim() == 1 and first.dim() >= 2:
+            return op._op_dk(composite, first, second.unsqueeze(-1)).squeeze(-1)
+        return op._op_dk(composite, first, second)
 
     return kernel
 
@@ -82,4 +111,5 @@ def reshaping_kernels() -> dict[str, Callable[..., Any]]:
     """Operator name -> its AutogradPrivateUse1 kernel."""
     kernels = {name: batch_first_kernel(name) for name in BATCH_FIRST_IN_PLACE}
     kernels.update({name: cpu_round_trip_kernel(name) for name in CPU_ROUND_TRIP})
+    kernels["matmul"] = matmul_kernel("matmul")
     return kernels
