@@ -551,10 +551,13 @@ def _undo_reshape(name: str, host: Any, shape: Any, stride: Any, offset: int) ->
     the out-of-place form. (CUDA does these; ``nn.GRU(batch_first=True)`` does one inside.)"""
     host.as_strided_(shape, stride, offset)
     operator = name.partition("::")[2].partition(".")[0]
+    if operator.startswith("resize"):
+        instead = "make a tensor of the new shape (torch.empty(shape, device=x.device))"
+    else:
+        instead = f"use the out-of-place form (x = x.{operator.rstrip('_')}(...))"
     raise RuntimeError(
         f"the simulated accelerator {DEVICE_TYPE} cannot change a tensor's shape in place "
-        f"({operator}; a GPU can): use the out-of-place form (x = x.{operator.rstrip('_')}(...)), "
-        "or run this step on the cpu"
+        f"({operator}; a GPU can): {instead}, or run this step on the cpu"
     )
 
 
