@@ -64,8 +64,12 @@ def test_an_expanded_engine_sends_its_objects_and_only_that_one(cluster: Any, pl
     by_engine = {a.engine: a for a in gathered.answers}
     assert by_engine[0].rows is None
     rows = {row[0]: row for row in by_engine[1].rows or []}
-    assert rows["_gather_model"] == ["_gather_model", "module", "Linear", "simdev:0", 144]
-    assert rows["_gather_x"] == ["_gather_x", "tensor", "Tensor", "cpu", 64]
+    # [name, kind, type, device as tables show it, bytes, then the DataFrame's device names,
+    # param_devices and note] (viewmodel/engines.object_rows)
+    assert rows["_gather_model"] == [
+        "_gather_model", "module", "Linear", "simdev:0", 144, "simdev:0", "", ""
+    ]  # fmt: skip
+    assert rows["_gather_x"] == ["_gather_x", "tensor", "Tensor", "cpu", 64, "cpu", "", ""]
     frame = engines_frame(cluster, timeout=30, engine=1)
     assert set(frame.engine) == {1}
     assert {"_gather_model", "_gather_x"} <= set(frame.name)
