@@ -163,3 +163,27 @@ def test_an_in_place_op_named_with_its_overload_is_guarded_too(simulated_device:
     with pytest.raises(RuntimeError, match=r"shape in place \(squeeze_; a GPU can\)"):
         x.squeeze_(0)  # aten::squeeze_.dim
     assert x.shape == (1, 5) and torch.equal(x.cpu(), torch.ones(1, 5))
+
+
+@pytest.mark.simulated
+def test_backward_through_linear_algebra_reads_the_tensors_autograd_saved(
+    simulated_device: str,
+) -> None:
+    """Backward formulas (cholesky, inv, qr, eigh) get tensors autograd saved, which torch
+    made in C++: plain Tensors whose storage carries the values (they failed with "'Tensor'
+    object has no attribute 'host'")."""
+    torch.manual_seed(4)
+    a = torch.randn(4, 4)
+    a = a @ a.T + 4 * torch.eye(4)
+    for f in (
+        torch.linalg.cholesky,
+        torch.linalg.inv,
+        lambda t: torch.linalg.qr(t)[0],
+        lambda t: torch.linalg.eigh(t)[0],
+    ):
+        on_cpu = a.clone().requires_grad_()
+        on_device = a.to(simulated_device).requires_grad_()
+        f(on_cpu).sum().backward()
+        f(on_device).sum().backward()
+        assert on_device.grad is not None and on_cpu.grad is not None
+        torch.testing.assert_close(on_device.grad.cpu(), on_cpu.grad, rtol=1e-4, atol=1e-4)

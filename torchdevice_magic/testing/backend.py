@@ -456,7 +456,9 @@ class _Call:
         return {host.untyped_storage().data_ptr() for host in self.hosts_values()}
 
     def hosts_values(self) -> list[Any]:
-        return [wrapped.host for wrapped in self.hosts.values()]
+        # (_host_of, not ``.host``: a tensor torch made in C++, one autograd saved, is a plain
+        # Tensor whose storage carries the values all the same)
+        return [_host_of(wrapped) for wrapped in self.hosts.values()]
 
 
 # Operators whose sizes/strides/offsets were computed by torch from the *wrapper's* metadata,
