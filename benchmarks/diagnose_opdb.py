@@ -435,12 +435,14 @@ def _run_all(
             startup = state["current"] is None and not finished and now - state["since"] > 120
             if finished or not proc.is_alive() or slow or startup:
                 if not finished:
-                    if proc.is_alive():
+                    died = not proc.is_alive()  # before the kill: the op crashed its process
+                    if not died:
                         proc.kill()
                     proc.join(5)
                     lost = state["current"]
                     if lost is not None:
-                        timeouts.append(f"{lost[0]} {lost[1]}")
+                        how = "died (the process crashed)" if died else "over the time limit"
+                        timeouts.append(f"{lost[0]} {lost[1]}: {how}")
                     # the rest of its batch goes back to the queue
                     seen = state["batch"].index(lost) + 1 if lost in state["batch"] else 0
                     for item in reversed(state["batch"][max(seen, state["done"]) :]):
@@ -496,9 +498,12 @@ def _report(results: list[dict[str, Any]], timeouts: list[str], wall: float) -> 
     for r in fps[:10]:
         lines.append(f"  FP {r['op']}: {r['message'][:120]}")
     crashes = [r for r in results if r["kind"] == "crash"]
-    lines.append(f"worker crashes: {len(crashes)}; ops over the time limit: {len(timeouts)}")
+    lines.append(
+        f"errors inside a worker: {len(crashes)}; ops that lost their worker (a crash or the time"
+        f" limit): {len(timeouts)}"
+    )
     for t in timeouts[:10]:
-        lines.append(f"  timeout: {t}")
+        lines.append(f"  lost: {t}")
     for c in crashes[:3]:
         lines.append("  crash: " + c["trace"].splitlines()[-1])
     if misses:

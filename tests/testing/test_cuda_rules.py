@@ -288,3 +288,32 @@ def test_type_strings_are_what_torch_prints_for_each_device(simulated_device: st
     assert re.fullmatch(
         r"simdev\w+Type", type_string(torch.ones(1, device=simulated_device).long())
     )
+
+
+def test_a_composite_registered_as_non_functional_raises_instead_of_crashing() -> None:
+    """``diagonal_scatter``, ``select_scatter``, ``slice_scatter`` and ``as_strided_scatter``
+    have their composite kernel under CompositeExplicitAutogradNonFunctional; the rules called
+    it under CompositeExplicitAutograd, where there is none, and the process died. In a child
+    process: a crash must fail this test, not the whole simulated run."""
+    import subprocess
+    import sys
+
+    code = """
+import torch
+from torchdevice_magic.testing import simulated_accelerator
+D = simulated_accelerator()
+for call in (
+    lambda: torch.diagonal_scatter(torch.zeros(3, 3), torch.ones(3, device=D)),
+    lambda: torch.select_scatter(torch.zeros(3, 3), torch.ones(3, device=D), 0, 0),
+    lambda: torch.slice_scatter(torch.zeros(3, 3), torch.ones(1, 3, device=D), 0, 0, 1),
+    lambda: torch.as_strided_scatter(torch.zeros(3, 3), torch.ones(3, device=D), (3,), (4,)),
+):
+    try:
+        call()
+    except RuntimeError as error:
+        print(str(error).splitlines()[0])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 4 and all("found at least two devices" in line for line in lines), lines

@@ -348,8 +348,17 @@ def _run_composite_kernel(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
         return
     except RuntimeError as mixed:
         fallback = mixed
+    # the key the kernel is registered under (calling a key without a kernel crashes the
+    # process: diagonal_scatter's is NonFunctional)
+    keys = [
+        key
+        for key in _COMPOSITE_KEYS
+        if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key)
+    ]
+    if not keys:
+        raise fallback
     try:
-        op._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
+        op._op_dk(getattr(torch._C.DispatchKey, sorted(keys)[0]), *args, **kwargs)
     except (RuntimeError, IndexError) as error:
         if _is_device_message(str(error)):
             raise
