@@ -187,3 +187,25 @@ def test_backward_through_linear_algebra_reads_the_tensors_autograd_saved(
         f(on_device).sum().backward()
         assert on_device.grad is not None and on_cpu.grad is not None
         torch.testing.assert_close(on_device.grad.cpu(), on_cpu.grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.simulated
+def test_a_gradient_through_an_in_place_write_into_a_view_reads_the_views_part(
+    simulated_device: str,
+) -> None:
+    """Circular padding writes into views of its output; autograd's default backward for
+    that reads the view's part by the wrapper's (contiguous) strides and offset, and the
+    gradient came out wrong (max difference 10). The simulated accelerator replays views."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(5)
+    for shape, pad in (((1, 3, 3), (1, 2)), ((3, 3, 5, 5), (1, 2, 1, 2)), ((2, 3, 4), (-1, 2))):
+        on_cpu = torch.randn(*shape, requires_grad=True)
+        on_device = on_cpu.detach().to(simulated_device).requires_grad_()
+        expected = F.pad(on_cpu, pad, mode="circular")
+        got = F.pad(on_device, pad, mode="circular")
+        weights = torch.arange(expected.numel()).reshape(expected.shape) % 7 + 1.0
+        (expected * weights).sum().backward()
+        (got * weights.to(simulated_device)).sum().backward()
+        assert on_device.grad is not None and on_cpu.grad is not None
+        torch.testing.assert_close(on_device.grad.cpu(), on_cpu.grad, msg=str((shape, pad)))

@@ -55,7 +55,7 @@ from contextlib import contextmanager
 from typing import Any, SupportsIndex
 
 from .cuda_rules import CROSS_DEVICE_OPS, accepts_cpu_scalars, device_error
-from .reshaping_composites import reshaping_kernels
+from .reshaping_composites import reshaping_kernels, undo_reshape
 from .rnn_kernels import HOST_KERNELS
 
 DEVICE_TYPE = "simdev"
@@ -86,7 +86,21 @@ def simulated_accelerator(devices: int | None = None) -> str:
         _register()
     if _state["count"] > 1:
         _run_backward_on_the_calling_thread()
+    _replay_views_in_backward()
     return DEVICE_TYPE
+
+
+def _replay_views_in_backward() -> None:
+    """A wrapper's strides are contiguous from offset 0 whatever its values' are, so autograd's
+    default for an in-place write into a view (``CopySlices``: ``grad.as_strided(the view's
+    sizes, strides and offset)``) reads the wrong part of the gradient -- circular padding's
+    gradient came out wrong. Replaying the view functions instead (as autograd does for XLA
+    and lazy tensors, which have no strides either) gives each view's own part. A per-thread
+    flag, for the thread that asked for the device (a kernel's and an engine's cell thread);
+    the backward's worker threads inherit it."""
+    import torch
+
+    torch._C._set_view_replay_enabled(True)
 
 
 def _run_backward_on_the_calling_thread() -> None:
@@ -526,7 +540,7 @@ def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
     if to_device is not None:
         target = torch.device(to_device)
         index = _checked_index(target.index) if target.type == DEVICE_TYPE else None
-    # an in-place operator on a wrapper: its shape must not change (see _undo_reshape)
+    # an in-place operator on a wrapper: its shape must not change (see reshaping_composites.undo_reshape)
     in_place = name.partition(".")[0].endswith("_")  # (the name carries its overload)
     first = host_args[0] if host_args and in_place else None
     if first is not None and id(first) in call.hosts:
@@ -541,26 +555,8 @@ def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
     else:
         result = op(*host_args, **host_kwargs)
     if first is not None and first.shape != before[0]:
-        _undo_reshape(name, first, *before)
+        undo_reshape(name, first, *before)
     return _rewrap(result, call, index)
-
-
-def _undo_reshape(name: str, host: Any, shape: Any, stride: Any, offset: int) -> None:
-    """A wrapper's shape is fixed when it is made (this Python backend has no way to change a
-    storage-less tensor's sizes), so an operator that changes its tensor's shape in place
-    (``transpose_``, ``unsqueeze_``, ``resize_`` to another shape...) would leave the wrapper
-    and its values disagreeing. The values get their shape back and the call raises, naming
-    the out-of-place form. (CUDA does these; ``nn.GRU(batch_first=True)`` does one inside.)"""
-    host.as_strided_(shape, stride, offset)
-    operator = name.partition("::")[2].partition(".")[0]
-    if operator.startswith("resize"):
-        instead = "make a tensor of the new shape (torch.empty(shape, device=x.device))"
-    else:
-        instead = f"use the out-of-place form (x = x.{operator.rstrip('_')}(...))"
-    raise RuntimeError(
-        f"the simulated accelerator {DEVICE_TYPE} cannot change a tensor's shape in place "
-        f"({operator}; a GPU can): {instead}, or run this step on the cpu"
-    )
 
 
 def _rewrap(value: Any, call: _Call, index: int | None) -> Any:

@@ -3,7 +3,7 @@ accelerator.
 
 A wrapper tensor of this backend keeps the shape it was made with (the Python backend offers
 no way to change a storage-less tensor's sizes), so an operator that changes its tensor's shape
-in place raises there (:func:`.backend._undo_reshape`). A few of ATen's composite operators do
+in place raises there (:func:`undo_reshape`). A few of ATen's composite operators do
 that to a result of their own, never to the caller's tensor, so on CUDA they just work:
 
 - ``nn.GRU`` and ``nn.RNN`` with ``batch_first=True`` turn their output around with
@@ -113,3 +113,21 @@ def reshaping_kernels() -> dict[str, Callable[..., Any]]:
     kernels.update({name: cpu_round_trip_kernel(name) for name in CPU_ROUND_TRIP})
     kernels["matmul"] = matmul_kernel("matmul")
     return kernels
+
+
+def undo_reshape(name: str, host: Any, shape: Any, stride: Any, offset: int) -> None:
+    """A wrapper's shape is fixed when it is made (this Python backend has no way to change a
+    storage-less tensor's sizes), so an operator that changes its tensor's shape in place
+    (``transpose_``, ``unsqueeze_``, ``resize_`` to another shape...) would leave the wrapper
+    and its values disagreeing. The values get their shape back and the call raises, naming
+    the out-of-place form (CUDA does these)."""
+    host.as_strided_(shape, stride, offset)
+    operator = name.partition("::")[2].partition(".")[0]
+    if operator.startswith("resize"):
+        instead = "make a tensor of the new shape (torch.empty(shape, device=x.device))"
+    else:
+        instead = f"use the out-of-place form (x = x.{operator.rstrip('_')}(...))"
+    raise RuntimeError(
+        f"the simulated accelerator simdev cannot change a tensor's shape in place "
+        f"({operator}; a GPU can): {instead}, or run this step on the cpu"
+    )
