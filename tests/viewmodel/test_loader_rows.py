@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
+from trainers import Trainer
 
 from torchdevice_magic import objects, scan
 from torchdevice_magic import viewmodel as vm
@@ -29,14 +30,6 @@ class ListDataset(Dataset):  # type: ignore[type-arg]
 
     def __getitem__(self, index: int) -> torch.Tensor:
         return self.items[index]
-
-
-class Trainer:
-    def __init__(self, samples: int) -> None:
-        self.model = nn.Linear(4, 2)
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9)
-        data = TensorDataset(*(torch.randn(8, 4) for _ in range(samples)))
-        self.loader = DataLoader(data, batch_size=4)
 
 
 def rows_of(ns: dict[str, object], target: str = "meta") -> dict[str, vm.Row]:

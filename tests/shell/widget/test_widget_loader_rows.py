@@ -7,21 +7,11 @@ import html
 from collections.abc import Callable
 from typing import Any
 
-import torch
 from tablereading import status_text
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from trainers import Trainer
 
 from torchdevice_magic import objects
 from torchdevice_magic.shell.widget import DeviceTable
-
-
-class Trainer:
-    def __init__(self, samples: int) -> None:
-        self.model = nn.Linear(4, 2)
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9)
-        data = TensorDataset(*(torch.randn(8, 4) for _ in range(samples)))
-        self.loader = DataLoader(data, batch_size=4)
 
 
 def test_a_trainers_row_button_says_its_loaders_data_stays_and_the_move_leaves_it(
