@@ -1,3 +1,6 @@
+/** What a status line from before a refresh starts with. */
+export const EARLIER_NEWS = 'last action, before the refresh: ';
+
 /**
  * The sidebar's end of the `torchdevice_magic` protocol, for one notebook,
  * over the comm transport (kernel.ts); the panel sees it as an
@@ -362,7 +365,12 @@ export class DeviceConnection implements IDeviceSource {
     if (line) {
       this._setStatus(line.message, line.kind);
     } else {
-      // A refresh's or a window's view speaks for itself; keep the earlier news.
+      // A refresh's or a window's view speaks for itself; the earlier news stays, and after a
+      // refresh it is marked as earlier (muted), as the widget table marks it
+      const news = this._status;
+      if (request?.type === 'refresh' && news && news.kind !== 'info') {
+        this._status = { message: `${EARLIER_NEWS}${news.message}`, kind: 'info' };
+      }
       this.changed.emit();
     }
   }

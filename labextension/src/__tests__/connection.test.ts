@@ -335,6 +335,52 @@ describe('states', () => {
     expect(loadButton(h.panel).hidden).toBe(false);
   });
 
+  it("after a refresh the last move's status reads as earlier news, muted", async () => {
+    const h = await harness();
+    const status = (): HTMLElement => q(h.panel.node, '.jp-TorchDevices-status');
+    const moveId = h.connection.move('meta', ['x']);
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 4,
+      type: 'reply',
+      seq: 2,
+      request_id: moveId,
+      ok: true,
+      message: 'Moved 1 object (4 B) to meta in 1 ms',
+      outcome: null
+    });
+    expect(status().classList.contains('jp-mod-ok')).toBe(true);
+    const id = h.connection.refresh();
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 4,
+      type: 'reply',
+      seq: 3,
+      request_id: id,
+      ok: true,
+      message: 'refreshed',
+      outcome: null
+    });
+    expect(status().textContent).toBe(
+      'last action, before the refresh: Moved 1 object (4 B) to meta in 1 ms'
+    );
+    expect(status().classList.contains('jp-mod-ok')).toBe(false);
+    h.connection.refresh();
+    h.comm.receive({
+      protocol: 'torchdevice_magic',
+      version: 4,
+      type: 'reply',
+      seq: 4,
+      request_id: 'y',
+      ok: true,
+      message: 'window',
+      outcome: null
+    });
+    expect(status().textContent).toBe(
+      'last action, before the refresh: Moved 1 object (4 B) to meta in 1 ms'
+    );
+  });
+
   it('restart clears the status line', async () => {
     const h = await harness();
     h.comm.receive({
