@@ -209,3 +209,21 @@ def test_a_gradient_through_an_in_place_write_into_a_view_reads_the_views_part(
         (got * weights.to(simulated_device)).sum().backward()
         assert on_device.grad is not None and on_cpu.grad is not None
         torch.testing.assert_close(on_device.grad.cpu(), on_cpu.grad, msg=str((shape, pad)))
+
+
+@pytest.mark.simulated
+def test_a_conjugate_view_says_so_and_hfft_has_its_gradient(simulated_device: str) -> None:
+    """``conj()`` is a lazy view: the values carry the conjugate bit, and so must the wrapper,
+    or ``view_as_real`` in hfft's backward refused ("unresolved conjugated tensors")."""
+    values = torch.randn(3, dtype=torch.complex64)
+    conjugated = values.to(simulated_device).conj()
+    assert conjugated.is_conj()
+    assert torch.equal(conjugated.cpu(), values.conj())
+    torch.manual_seed(6)
+    on_cpu = torch.randn(6, dtype=torch.complex64, requires_grad=True)
+    on_device = on_cpu.detach().to(simulated_device).requires_grad_()
+    weights = torch.arange(10) % 7 + 1.0
+    (torch.fft.hfft(on_cpu) * weights).sum().backward()
+    (torch.fft.hfft(on_device) * weights.to(simulated_device)).sum().backward()
+    assert on_device.grad is not None and on_cpu.grad is not None
+    torch.testing.assert_close(on_device.grad.cpu(), on_cpu.grad)

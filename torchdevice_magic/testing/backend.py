@@ -575,7 +575,14 @@ def _rewrap(value: Any, call: _Call, index: int | None) -> Any:
             # A fresh result (no input's view) is made contiguous so that the wrapper's
             # contiguous strides are the truth: fused kernels read memory in that order.
             value = value.contiguous()
-        return _wrapper_class()(value, index)
+        wrapper = _wrapper_class()(value, index)
+        # a lazily conjugated (or negated) view: the wrapper says so too, so that what reads
+        # the bit (view_as_real, resolve_conj in backward formulas) sees what the values are
+        if value.is_conj():
+            torch._C._set_conj(wrapper, True)
+        if value.is_neg():
+            torch._C._set_neg(wrapper, True)
+        return wrapper
     if isinstance(value, (list, tuple)):
         return type(value)(_rewrap(item, call, index) for item in value)
     return value
