@@ -14,9 +14,10 @@ that to a result of their own, never to the caller's tensor, so on CUDA they jus
 - ``torch.stft`` turns the FFT's output around with ``transpose_`` and ``squeeze_``
   (``SpectralOps.cpp``), ``torch.quantile`` squeezes a scalar ``q``'s dimension away:
   :func:`cpu_round_trip_kernel` computes them on the cpu and brings the result back (autograd
-  records both copies, so gradients reach the device's tensors).
+  records both copies, so gradients reach the device's tensors; a ``%%devicecheck --trace``
+  sees those two copies, which a GPU would not make).
 
-Both are registered for AutogradPrivateUse1, where ATen's composite would otherwise run, and
+All are registered for AutogradPrivateUse1, where ATen's composite would otherwise run, and
 call that same C++ composite (its checks and messages) rather than the Python decomposition
 ``OpOverload.decompose`` would prefer. Arguments on more than one device go straight to the
 composite, which raises CUDA's message before it reshapes anything.
