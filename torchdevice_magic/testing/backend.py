@@ -540,13 +540,12 @@ def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
     if to_device is not None:
         target = torch.device(to_device)
         index = _checked_index(target.index) if target.type == DEVICE_TYPE else None
-    # an in-place operator on a wrapper: its shape must not change (see reshaping_composites.undo_reshape)
-    in_place = name.partition(".")[0].endswith("_")  # (the name carries its overload)
-    first = host_args[0] if host_args and in_place else None
-    if first is not None and id(first) in call.hosts:
-        before = (first.shape, first.stride(), first.storage_offset())
-    else:
-        first = None
+    # an in-place operator on a wrapper must not change its shape (undo_reshape says why);
+    # the name carries its overload (aten::squeeze_.dim)
+    guarded = None  # (the wrapper's values, and their shape, stride and offset before)
+    if host_args and name.partition(".")[0].endswith("_") and id(host_args[0]) in call.hosts:
+        values = host_args[0]
+        guarded = (values, values.shape, values.stride(), values.storage_offset())
     host_kernel = HOST_KERNELS.get(name)
     if host_kernel is not None:  # a CUDA-only kernel, computed here as CUDA computes it
         result = host_kernel(*host_args, **host_kwargs)
@@ -554,8 +553,8 @@ def _fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
         result = _call_fused(op, host_args, host_kwargs)
     else:
         result = op(*host_args, **host_kwargs)
-    if first is not None and first.shape != before[0]:
-        undo_reshape(name, first, *before)
+    if guarded is not None and guarded[0].shape != guarded[1]:
+        undo_reshape(name, *guarded)
     return _rewrap(result, call, index)
 
 
