@@ -41,18 +41,9 @@ UNINITIALISED = frozenset(
 )
 
 
-def _outputs(op: Any, sample: Any, device: str) -> list[torch.Tensor]:
-    def there(value: Any) -> Any:
-        return value.detach().to(device) if isinstance(value, torch.Tensor) else value
-
-    args = tree_map(there, (sample.input, *sample.args))
-    kwargs = tree_map(there, sample.kwargs)
-    torch.manual_seed(0)
-    result = op(*args, **kwargs)
-    return [t.cpu() for t in tree_leaves(result) if isinstance(t, torch.Tensor)]
-
-
-def _gradients(op: Any, sample: Any, device: str) -> list[torch.Tensor] | None:
+def _call(op: Any, sample: Any, device: str) -> tuple[Any, list[torch.Tensor]]:
+    """``op`` on the sample's arguments moved to ``device`` (those that require grad still do),
+    seeded: its result, and those inputs."""
     inputs: list[torch.Tensor] = []
 
     def there(value: Any) -> Any:
@@ -67,9 +58,19 @@ def _gradients(op: Any, sample: Any, device: str) -> list[torch.Tensor] | None:
     args = tree_map(there, (sample.input, *sample.args))
     kwargs = tree_map(there, sample.kwargs)
     torch.manual_seed(0)
+    return op(*args, **kwargs), inputs
+
+
+def _outputs(op: Any, sample: Any, device: str) -> list[torch.Tensor]:
+    result, _ = _call(op, sample, device)
+    return [t.cpu() for t in tree_leaves(result) if isinstance(t, torch.Tensor)]
+
+
+def _gradients(op: Any, sample: Any, device: str) -> list[torch.Tensor] | None:
+    result, inputs = _call(op, sample, device)
     outputs = [
         t
-        for t in tree_leaves(op(*args, **kwargs))
+        for t in tree_leaves(result)
         if isinstance(t, torch.Tensor) and t.requires_grad and t.is_floating_point()
     ]
     if not outputs or not inputs:
