@@ -1,6 +1,3 @@
-/** What a status line from before a refresh starts with. */
-export const EARLIER_NEWS = 'last action, before the refresh: ';
-
 /**
  * The sidebar's end of the `torchdevice_magic` protocol, for one notebook,
  * over the comm transport (kernel.ts); the panel sees it as an
@@ -48,6 +45,9 @@ import { messageProblem } from './validate';
 import { applyDelta, fromView, IMirror } from './window';
 
 export type IConnectionOptions = IKernelChannelOptions;
+
+/** What a status line from before a refresh starts with. */
+export const EARLIER_NEWS = 'last action, before the refresh: ';
 
 export class DeviceConnection implements IDeviceSource {
   constructor(sessionContext: ISessionContext, options: IConnectionOptions = {}) {
