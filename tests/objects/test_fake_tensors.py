@@ -107,6 +107,23 @@ def test_the_scan_counts_real_wrappers_by_the_data_they_hold_and_fakes_by_what_t
         assert records[name].would_need_bytes == 4000
 
 
+def test_a_fake_holds_no_memory_on_its_device_in_the_totals_or_its_row() -> None:
+    """The header's per-device figure is memory in use: a fake cpu tensor of 4 MiB adds
+    nothing there, and its row says it holds no data (it is not on meta)."""
+    from torchdevice_magic.viewmodel.rows import size_text
+
+    with FakeTensorMode():
+        fake = torch.empty(1024, 1024)
+    namespace = {"real": torch.ones(4), "fake": fake, "view": fake[:2]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        inventory = tdm.scan(namespace)
+    assert inventory.totals() == {"cpu": 16}
+    records = {r.name: r for r in inventory.records}
+    assert size_text(records["fake"]) == "0 B (no data; needs 4.0 MiB)"
+    assert records["view"].shares_with == ("fake",)
+
+
 def test_a_functionalized_tensor_is_keyed_by_the_storage_it_stands_for(T: TorchTypes) -> None:
     data = torch.ones(3)
     theirs: dict[Any, Any] = {}

@@ -69,7 +69,7 @@ def _device_of(tensor: Any) -> str:
         return "?"
 
 
-#: storage key -> (device, nbytes the storage holds, or would need on meta)
+#: storage key -> (device, nbytes the storage holds, or would need on meta; a fake holds 0)
 Storages = dict[StorageKey, tuple[str, int]]
 
 
@@ -89,8 +89,10 @@ def add_storages(T: TorchTypes, tensor: Any, device: str, into: Storages) -> int
         inner = inner_tensors(T, tensor)
         if inner:
             return sum(add_storages(T, part, device, into) for part in inner)
-    # no data pointer (meta, empty): the StorageImpl address identifies the storage
-    into[storage_key(device, storage)] = (device, nbytes)
+    # no data pointer (meta, empty, fake): the StorageImpl address identifies the storage; a
+    # fake on a real device holds nothing there (it only would need its bytes)
+    held = 0 if device != "meta" and nbytes and is_fake(T, tensor) else nbytes
+    into[storage_key(device, storage)] = (device, held)
     return nbytes
 
 
@@ -195,7 +197,8 @@ def unusual_storages(T: TorchTypes, tensor: Any, device: str, into: Storages) ->
     except Exception:
         nbytes = 0
     key: StorageKey = (device, "object", id(tensor))
-    if is_fake(T, tensor):
+    fake = is_fake(T, tensor)
+    if fake:
         try:
             with warnings.catch_warnings():  # torch warns that a fake's storage holds no data
                 warnings.simplefilter("ignore")
@@ -203,5 +206,6 @@ def unusual_storages(T: TorchTypes, tensor: Any, device: str, into: Storages) ->
                 key, nbytes = (device, "impl", storage._cdata), int(storage.nbytes())
         except Exception:
             pass
-    into[key] = (device, nbytes)
+    # a fake holds nothing on its device (meta's bytes are what it would need: kept)
+    into[key] = (device, 0 if fake and device != "meta" else nbytes)
     return nbytes

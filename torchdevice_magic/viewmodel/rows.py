@@ -227,7 +227,9 @@ def shape_text(record: Any) -> str:
 def size_text(record: Any) -> str:
     own = record.data_bytes()
     if record.devices == ("meta",) or (own == 0 and record.would_need_bytes):
-        return f"0 B (meta; needs {format_bytes(record.would_need_bytes - record.grad_bytes)})"
+        # a fake tensor on a real device holds no data there either
+        where = "meta" if "meta" in record.devices else "no data"
+        return f"0 B ({where}; needs {format_bytes(record.would_need_bytes - record.grad_bytes)})"
     text = format_bytes(own)
     extra = record.would_need_bytes - record.bytes
     if extra > 0:  # some parts on meta: say what they would need
