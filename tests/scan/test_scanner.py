@@ -7,6 +7,7 @@ import collections
 import dataclasses
 import time
 import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -380,6 +381,26 @@ def test_rescan_sees_a_model_inside_an_object_change_and_reuses_it_otherwise():
     assert after["trainer.model"].grad_bytes == 60 and after.objects_changed
     trainer.model.to("meta")
     assert scanner.scan({"trainer": trainer})["trainer.model"].devices == ("meta",)
+
+
+def test_a_training_cells_loss_changes_no_object_but_rebinding_a_trained_tensor_does():
+    """Rebinding ``out``/``loss`` (grad-carrying, looked at again every scan) changes no
+    module, optimizer or parameter: the orphan check and the optimizers' holders stay as they
+    were. Rebinding a tensor the optimizer updates is a change (it may orphan it)."""
+    model = torch.nn.Linear(4, 2)
+    weight = torch.ones(3, requires_grad=True)
+    namespace: dict[str, Any] = {"model": model, "weight": weight}
+    namespace["opt"] = torch.optim.SGD([*model.parameters(), weight], lr=0.1)
+    scanner = Scanner()
+    scanner.scan(namespace)
+    for _ in range(2):  # first bound, then rebound
+        namespace["out"] = model(torch.ones(1, 4))
+        namespace["loss"] = namespace["out"].sum()
+        assert not scanner.scan(namespace, changed=["out", "loss"]).objects_changed
+    namespace["weight"] = torch.ones(3, requires_grad=True)
+    rebound = scanner.scan(namespace, changed=["weight"])
+    assert rebound.objects_changed
+    assert rebound.orphaned_optimizers() == [("opt", 1, 3)]
 
 
 def test_scan_keeps_no_user_class_alive():

@@ -143,15 +143,38 @@ class Scanner:
         )
         if previous is not None and not hidden:
             inventory._book = previous._give_book()
-        if previous is not None and state is not None:
-            before, after = state.entries, new_state.entries
-            if new_state.volatile == state.volatile and all(
-                before.get(n) is after.get(n) for n in new_state.volatile
-            ):
-                # no module, optimizer or grad-carrying object changed since the previous scan
-                inventory.objects_changed = False
-                inventory._owned_keys = previous._owned_keys
+        if previous is not None and state is not None and not _objects_changed(state, new_state):
+            inventory.objects_changed = False
+            inventory._owned_keys = previous._owned_keys
         return inventory
+
+
+def _objects_changed(before: _State, after: _State) -> bool:
+    """Whether a module, an optimizer or a tensor an optimizer updates changed between two
+    scans: what can orphan an optimizer, or change what the modules own. A training cell's
+    ``loss`` and ``out`` (grad-carrying tensors, looked at again every scan) are rebound every
+    run and change neither."""
+    old, new = before.entries, after.entries
+    changed = [n for n in before.volatile | after.volatile if old.get(n) is not new.get(n)]
+    if not changed:
+        return False
+    tensors: list[_TensorFacts] = []
+    for name in changed:
+        pair = (old.get(name), new.get(name))
+        if pair[0] == pair[1]:  # a grad-carrying tensor looked at again, its facts the same
+            continue
+        for entry in pair:
+            if entry is None:
+                continue
+            if type(entry) is not _TensorFacts:
+                return True
+            tensors.append(entry)
+    updated: set[int] = set()
+    for name in after.volatile:
+        entry = new.get(name)
+        if type(entry) is _Entry and entry.kind == Kind.OPTIMIZER:
+            updated.update(entry.tensor_ids)
+    return any(tensor.id in updated for tensor in tensors)
 
 
 def _cache_kept(
