@@ -321,3 +321,35 @@ def test_a_cell_that_moves_a_tensor_is_counted_on_both_devices(simulated_device:
         Allocation(simulated_device, 1000 * F32, 1, None),
         Allocation(simulated_device, 1000 * F32, 2, "z"),
     )
+
+
+@pytest.mark.simulated
+def test_a_dry_run_of_moving_a_model_away_leaves_what_the_real_move_leaves(
+    simulated_device: str,
+) -> None:
+    """``model.cpu()`` frees the model's storages on the accelerator: the dry run's copies
+    must not keep them counted as left there. The storages it found on the accelerator are
+    the biggest at that device's peak (its start), named by what held them."""
+    import torchdevice_magic as tdm
+
+    def namespace() -> dict[str, Any]:
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 4))
+        model.to(simulated_device)
+        x = torch.ones(8, 64, device=simulated_device)
+        model(x).sum().backward()
+        return {"torch": torch, "model": model, "x": x}
+
+    cell = "model.cpu()\nkept = x\n"  # x stays on the accelerator
+    forecast = tdm.dry_run(cell, namespace()).memory
+    assert forecast is not None
+    real = namespace()
+    with MemoryCounter("<cell>") as counter:
+        exec(compile(cell, "<cell>", "exec"), real)
+    measured = counter.forecast(real)
+    assert forecast.left == measured.left == {"cpu": forecast.peak["cpu"], simulated_device: 2048}
+    assert (forecast.start, forecast.peak) == (measured.start, measured.peak)
+    found = [(a.device, a.nbytes, a.variable) for a in forecast.biggest if a.line is None]
+    assert found[:2] == [
+        (simulated_device, 16384, "model.0.weight"),
+        (simulated_device, 16384, "model.0.weight.grad"),
+    ]

@@ -137,13 +137,14 @@ def _run_shadow(
     with (
         torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if cuda else []),
         copies.running() as checks,
-        MemoryCounter(filename) as counter,
+        MemoryCounter(filename, shadow.namespace) as counter,
         no_file_writes(),
     ):
         try:
             exec(code, shadow.namespace)
         except (Exception, SideEffect) as raised:
             error = raised
+        copies.release()  # while the counter runs: what the cell freed is freed now
     report.memory = counter.forecast(shadow.namespace)
     notes = [
         f"{name} was not copied ({why}); a real tensor reached through it stops the run"

@@ -98,10 +98,14 @@ class FakeCopies:
         return copied
 
     def release(self) -> None:
-        """Let go of every reference to the user's tensors. The meta converter keys what it
-        converted by weak references to the real tensors and storages, and ``Module.to()``
-        refuses to swap a tensor that has one ("Couldn't swap Linear.weight"): a user's next
-        move must not depend on when the collector frees this run."""
+        """Let go of every reference to the user's tensors and to the fakes made of them. The
+        meta converter keys what it converted by weak references to the real tensors and
+        storages, and ``Module.to()`` refuses to swap a tensor that has one ("Couldn't swap
+        Linear.weight"): a user's next move must not depend on when the collector frees this
+        run. Called as soon as the run is over, the fakes are left to the shadow namespace
+        alone, as the user's objects alone hold their tensors: a storage the cell let go of (a
+        parameter ``model.cpu()`` replaced) is freed then, as the real run frees it, instead of
+        staying counted as left on its device."""
         converter = self.mode.fake_tensor_converter
         meta = converter.meta_converter
         meta.tensor_memo.clear()

@@ -41,7 +41,9 @@ import heapq
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from ..objects import (
@@ -77,7 +79,8 @@ def allocator_bytes(device: str, nbytes: int) -> int:
 class Allocation:
     """One storage: where, how big (as the allocator counts it), the line of the cell that
     allocated it (None: allocated before the cell, or outside the cell's own code) and the
-    shadow namespace's name that holds it after the run (None: freed, or held by nothing
+    shadow namespace's name that holds it after the run, or for a storage from before the
+    cell that the run freed, the name that held it then (None: freed, or held by nothing
     named)."""
 
     device: str
@@ -104,9 +107,10 @@ class MemoryForecast:
 class _Storage:
     """One counted storage; holds only a weak reference to it."""
 
-    __slots__ = ("device", "nbytes", "line", "before", "born", "died", "ref")
+    __slots__ = ("key", "device", "nbytes", "line", "before", "born", "died", "ref")
 
-    def __init__(self, device: str, nbytes: int, line: int | None, before: bool) -> None:
+    def __init__(self, key: Any, device: str, nbytes: int, line: int | None, before: bool) -> None:
+        self.key = key  # the storage's address, the ledger's key
         self.device = device
         self.nbytes = nbytes
         self.line = line
@@ -194,8 +198,14 @@ class _Ledger:
         self.rising.discard(device)
 
     def close(self) -> None:
-        for device in list(self.rising) + [d for d in self.now if d not in self.peak_clock]:
+        for device in list(self.rising):
             self.snapshot(device)
+        for device in self.now:
+            if device not in self.peak_clock:
+                # never above its start: the peak was the start, when what the run found
+                # there was alive (and nothing of the run's own yet)
+                self.peak_top[device] = []
+                self.peak_clock[device] = 0
         self.open = False
 
     def biggest(self) -> list[_Storage]:
@@ -218,8 +228,11 @@ class MemoryCounter:
     line is the line of the innermost frame of that file on the stack when it happened.
     """
 
-    def __init__(self, cell_filename: str) -> None:
+    def __init__(self, cell_filename: str, namespace: dict[str, Any] | None = None) -> None:
         self.cell_filename = cell_filename
+        #: the shadow namespace as the run starts: names the storages there held before it
+        self._namespace = namespace
+        self._names_before: dict[Any, str] = {}
         self._ledger = _Ledger()
         self._lock = threading.RLock()
         self._types: TorchTypes | None = None
@@ -231,6 +244,11 @@ class MemoryCounter:
         self._types = TorchTypes.current()
         if self._types is None:
             raise RuntimeError("MemoryCounter needs torch imported")
+        if self._namespace is not None:
+            self._names_before = _names_by_storage(
+                self._types, self._namespace, attrgetter("_cdata")
+            )
+            self._namespace = None  # the names are kept, not the namespace
         self._thread = threading.get_ident()
         self._foreach_lists = _count_fake_as_plain()
         self._mode = _counting_mode_class()(self)
@@ -278,7 +296,7 @@ class MemoryCounter:
                 if record.nbytes != nbytes and not before:
                     ledger.resize(record, nbytes)
                 return
-            record = _Storage(device, nbytes, None if before else self._cell_line(), before)
+            record = _Storage(key, device, nbytes, None if before else self._cell_line(), before)
             try:
                 record.ref = weakref.ref(storage, _on_free(ledger, self._lock, key, record))
             except TypeError:
@@ -307,22 +325,15 @@ class MemoryCounter:
         """The figures of the run, the storages the namespace holds counted in: those the run
         never touched were alive all along. Call it after the ``with`` block."""
         T = self._types or TorchTypes.current()
-        names: dict[int, str] = {}
+        names: dict[Any, str] = {}
         if T is not None:
-            try:
-                for name, tensor in named_tensors(T, shadow_namespace):
-                    found = _storage_of(T, tensor)
-                    if found is not None:
-                        names.setdefault(id(found[0]), name)
-                        self._count(tensor, before=True)
-            finally:
-                T.forget_types()  # the walk's per-type caches must not keep a user's class
+            names = _names_by_storage(T, shadow_namespace, id, count=self._count)
         with self._lock:
             ledger = self._ledger
             if ledger.open:
                 ledger.close()
             biggest = tuple(
-                Allocation(r.device, r.nbytes, r.line, _variable(r, names))
+                Allocation(r.device, r.nbytes, r.line, _variable(r, names, self._names_before))
                 for r in ledger.biggest()
             )
             return MemoryForecast(
@@ -363,11 +374,34 @@ def _nonzero(totals: dict[str, int]) -> dict[str, int]:
     return {device: nbytes for device, nbytes in sorted(totals.items()) if nbytes}
 
 
-def _variable(record: _Storage, names: dict[int, str]) -> str | None:
+def _variable(record: _Storage, names: dict[Any, str], before: dict[Any, str]) -> str | None:
+    """The name holding the storage after the run; for one alive before the cell and freed
+    by it (a parameter the cell moved away), the name that held it before."""
     storage = record.ref() if record.ref is not None else None
     if storage is None or record.died is not None:
-        return None
+        return before.get(record.key) if record.before else None
     return names.get(id(storage))
+
+
+def _names_by_storage(
+    T: TorchTypes,
+    namespace: dict[str, Any],
+    key: Callable[[Any], Any],
+    count: Callable[[Any, bool], None] | None = None,
+) -> dict[Any, str]:
+    """{key(storage): the first name reaching it} over the tensors of ``namespace``; each
+    tensor also goes to ``count(tensor, before=True)`` where given."""
+    names: dict[Any, str] = {}
+    try:
+        for name, tensor in named_tensors(T, namespace):
+            found = _storage_of(T, tensor)
+            if found is not None:
+                names.setdefault(key(found[0]), name)
+                if count is not None:
+                    count(tensor, True)
+    finally:
+        T.forget_types()  # the walk's per-type caches must not keep a user's class
+    return names
 
 
 def _on_free(ledger: _Ledger, lock: threading.RLock, key: Any, record: _Storage) -> Any:
