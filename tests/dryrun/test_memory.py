@@ -353,3 +353,22 @@ def test_a_dry_run_of_moving_a_model_away_leaves_what_the_real_move_leaves(
         (simulated_device, 16384, "model.0.weight"),
         (simulated_device, 16384, "model.0.weight.grad"),
     ]
+
+
+def test_a_dry_run_of_a_dtype_change_peaks_where_the_real_one_does() -> None:
+    """``model.half()`` frees each float32 parameter as its half copy is made: the real peak
+    is the start plus the half copies, not twice the model."""
+    import torchdevice_magic as tdm
+
+    def namespace() -> dict[str, Any]:
+        layers = [torch.nn.Linear(256, 256) for _ in range(8)]
+        return {"torch": torch, "model": torch.nn.Sequential(*layers)}
+
+    forecast = tdm.dry_run("model.half()\n", namespace()).memory
+    assert forecast is not None
+    real = namespace()
+    with MemoryCounter("<cell>") as counter:
+        exec(compile("model.half()\n", "<cell>", "exec"), real)
+    measured = counter.forecast(real)
+    assert forecast.left == measured.left and forecast.start == measured.start
+    assert abs(forecast.peak["cpu"] - measured.peak["cpu"]) <= 0.01 * measured.peak["cpu"]

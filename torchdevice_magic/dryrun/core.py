@@ -114,6 +114,10 @@ def _run(
     copies = FakeCopies()
     try:
         shadow = build_shadow(code, namespace, copies)
+        # the copies are made: from now on only the shadow holds the fakes, as only the
+        # user's objects hold their tensors, so what the cell frees (a parameter `.half()`
+        # or `.cpu()` replaces) is freed when the real run would free it
+        copies.release()
         _run_shadow(report, code, filename, shadow, copies, shell, target)
     finally:
         copies.release()
@@ -144,7 +148,6 @@ def _run_shadow(
             exec(code, shadow.namespace)
         except (Exception, SideEffect) as raised:
             error = raised
-        copies.release()  # while the counter runs: what the cell freed is freed now
     report.memory = counter.forecast(shadow.namespace)
     notes = [
         f"{name} was not copied ({why}); a real tensor reached through it stops the run"

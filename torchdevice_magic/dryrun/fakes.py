@@ -102,10 +102,10 @@ class FakeCopies:
         meta converter keys what it converted by weak references to the real tensors and
         storages, and ``Module.to()`` refuses to swap a tensor that has one ("Couldn't swap
         Linear.weight"): a user's next move must not depend on when the collector frees this
-        run. Called as soon as the run is over, the fakes are left to the shadow namespace
-        alone, as the user's objects alone hold their tensors: a storage the cell let go of (a
-        parameter ``model.cpu()`` replaced) is freed then, as the real run frees it, instead of
-        staying counted as left on its device."""
+        run. Called as soon as the copies are made, before the run, the fakes are left to the
+        shadow namespace alone, as the user's objects alone hold their tensors: a storage the
+        cell lets go of (a parameter ``model.half()`` or ``model.cpu()`` replaces) is freed
+        when the real run frees it, instead of counting in the peak and in what is left."""
         converter = self.mode.fake_tensor_converter
         meta = converter.meta_converter
         meta.tensor_memo.clear()
