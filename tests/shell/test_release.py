@@ -187,3 +187,17 @@ def test_after_train_fails_the_api_and_the_magic_name_train_s_batch(shell):
     api = [h.where for h in tdm.holders(shell.user_ns)]
     assert api and api[0].startswith("last error (RuntimeError): train() local 'batch_x'")
     assert [h.line() for h in tdm.holders(shell.user_ns)] == listed(shell)
+
+
+def test_a_release_that_frees_less_says_who_still_holds_the_rest(shell):
+    """A loss shown as a cell's output keeps the graph ``out`` keeps too: releasing ``Out[n]``
+    frees only the loss itself, and says that ``out`` still holds the graph."""
+    run(shell, "layer = torch.nn.Linear(256, 256)\nout = layer(torch.randn(64, 256)).relu()")
+    result, _ = run(shell, "out.sum()")
+    label = f"Out[{result.execution_count}]"
+    lines = listed(shell)
+    index = next(i for i, line in enumerate(lines) if line.startswith(label))
+    _, printed = run(shell, f"%devices --release {index}")
+    assert "freed 4 B (the rest is still held by out (autograd graph))" in printed
+    holder = next(h for h in tdm.holders(shell.user_ns) if h.where.startswith("out"))
+    assert holder.release() == holder.bytes and holder.still_held_by == ()

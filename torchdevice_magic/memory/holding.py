@@ -62,6 +62,9 @@ class Holder:
     _last_error: Any = field(default=None, repr=False)
     released: bool = field(default=False, repr=False)
     note: str = ""
+    #: after :meth:`release`: the named variables and other holders that still reach some of
+    #: what this one held (why the bytes freed can be fewer than :attr:`bytes`)
+    still_held_by: tuple[str, ...] = field(default=(), repr=False)
 
     def release(self) -> int:
         """Drop exactly this reference; return the bytes that are now freed (on every device
@@ -71,7 +74,7 @@ class Holder:
         self.note = self._release()
         self.released = True
         holders_changed()
-        still = _all_held_keys(self._namespace, self._last_error)
+        still, self.still_held_by = _still_held(self._namespace, self._last_error, self._keys)
         return sum(nbytes for key, (_, nbytes) in self._keys.items() if key not in still)
 
     def line(self, index: int | None = None) -> str:
@@ -186,13 +189,23 @@ def _sources(
     return sources
 
 
-def _all_held_keys(namespace: Any, last_error: ErrorGetter | None = None) -> set[StorageKey]:
+def _still_held(
+    namespace: Any, last_error: ErrorGetter | None, keys: Keys
+) -> tuple[set[StorageKey], tuple[str, ...]]:
+    """Every storage key a named variable or a holder reaches; and of them, who reaches any
+    of ``keys`` (top-level names first, then the holders' ``where``)."""
     inventory = scan(namespace)
     named = inventory.storages()
     held = set(named)
+    who: list[str] = []
+    if not held.isdisjoint(keys):
+        roots = dict.fromkeys(record.root for record in inventory.records)
+        who += [root for root in roots if not inventory.storages_of(root).keys().isdisjoint(keys)]
     for source in _sources(namespace, inventory, named, last_error=last_error):
         held.update(source.keys)
-    return held
+        if not source.keys.keys().isdisjoint(keys) and source.where not in who:
+            who.append(source.where)
+    return held, tuple(who)
 
 
 def holders(

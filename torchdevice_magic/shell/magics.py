@@ -418,7 +418,10 @@ class DeviceMagics(Magics):
             )
         holder = found[args.release]
         freed = holder.release()
-        print(f"{holder.where}: {holder.note}; freed {format_bytes(freed)}")
+        text = f"{holder.where}: {holder.note}; freed {format_bytes(freed)}"
+        if freed < holder.bytes and holder.still_held_by:
+            text += f" (the rest is still held by {', '.join(holder.still_held_by)})"
+        print(text)
         self.session.app.full_scan()
         return None
 
