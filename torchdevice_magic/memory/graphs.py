@@ -10,10 +10,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..objects import TorchTypes, add_storages, is_fake, is_uninitialized
+from ..objects import TorchTypes, add_storages, instance_dict, is_fake, is_uninitialized
 from .base import Keys, _is_tensor, _keys_of, _shallow_items, _Source
 
 #: per node type: the ``_saved_*`` attributes that can hold tensors (in a node torch generated,
@@ -195,6 +195,28 @@ def _detach_graphs(namespace: Any, name: str, expected_id: int) -> str:
         if not _detach_in_place(value):
             namespace[name] = value.detach()
         return f"{name} no longer keeps its autograd graph (it was detached)"
+    return _detach_elements(name, value)
+
+
+def _detach_attribute_graphs(
+    namespace: Any, name: str, attribute: str, owner_id: int, expected_id: int
+) -> str:
+    """Detach what ``name.attribute`` holds, if ``name`` and its attribute are still the
+    objects measured (found again by name: a holder must not keep the object alive)."""
+    label = f"{name}.{attribute}"
+    owner = namespace.get(name)
+    attributes = instance_dict(owner) if owner is not None and id(owner) == owner_id else None
+    value = attributes.get(attribute) if attributes is not None else None
+    if value is None or id(value) != expected_id:
+        return f"{label} was rebound since: nothing released"
+    if _is_tensor(value):
+        if not _detach_in_place(value):
+            attributes[attribute] = value.detach()  # type: ignore[index]
+        return f"{label} no longer keeps its autograd graph (it was detached)"
+    return _detach_elements(label, value)
+
+
+def _detach_elements(name: str, value: Any) -> str:
     released = 0
     for key, element in _shallow_items(value):
         if _is_tensor(element) and _has_graph(element):
@@ -234,8 +256,44 @@ def _dimensions(tensor: Any) -> int | None:
         return None
 
 
-def _graph_source(
+#: attribute graphs: an object's attributes looked at, at most (a big object is a model's
+#: own business, and the scan names its tensors anyway)
+ATTRIBUTES_LOOKED_AT = 256
+
+
+def _attribute_graph_sources(
     namespace: Any, name: str, value: Any, memo: KeyMemo | None = None
+) -> list[_Source]:
+    """The graphs kept by an object's attributes (one level: a tensor, or a list/tuple/dict
+    of them): a trainer's ``self.val_losses.append(out.loss)`` in an evaluation loop keeps every
+    batch's activations, and the scan names only the losses themselves."""
+    attributes = instance_dict(value)
+    if not attributes or len(attributes) > ATTRIBUTES_LOOKED_AT:
+        return []
+    sources = []
+    for attribute, element in list(attributes.items()):
+        if not isinstance(attribute, str) or not _may_hold_graphs(element):
+            continue
+        release = functools.partial(
+            _detach_attribute_graphs, namespace, name, attribute, id(value), id(element)
+        )
+        source = _graph_source(namespace, f"{name}.{attribute}", element, memo, release)
+        if source is not None:
+            source.key = f"graph {attribute}"
+            sources.append(source)
+    return sources
+
+
+def _may_hold_graphs(value: Any) -> bool:
+    return _is_tensor(value) or type(value) in (list, tuple, dict)
+
+
+def _graph_source(
+    namespace: Any,
+    name: str,
+    value: Any,
+    memo: KeyMemo | None = None,
+    release: Callable[[], str] | None = None,
 ) -> _Source | None:
     roots = _graph_roots(value)
     if not roots:
@@ -258,7 +316,7 @@ def _graph_source(
         where,
         "autograd graph",
         keys,
-        functools.partial(_detach_graphs, namespace, name, id(value)),
+        release or functools.partial(_detach_graphs, namespace, name, id(value)),
         fix,
         count,
         token=id(value),

@@ -31,7 +31,14 @@ from .base import (
     _Source,
 )
 from .closures import empty_dead_cells, frame_cells
-from .graphs import KeyMemo, _graph_roots, _graph_source, _tensor_count, graph_tensors
+from .graphs import (
+    KeyMemo,
+    _attribute_graph_sources,
+    _graph_roots,
+    _graph_source,
+    _tensor_count,
+    graph_tensors,
+)
 
 _CO_OPTIMIZED = 0x0001  # a function frame (fast locals), not a module or class body
 _HOOK_DICTS = (
@@ -543,7 +550,10 @@ def _name_sources(
         return []
     try:
         if isinstance(value, torch.nn.Module):
-            return _hook_sources(name, value)
+            # a module's own attributes may keep a graph too (``self.hidden``, a cached output)
+            return _hook_sources(name, value) + _attribute_graph_sources(
+                namespace, name, value, memo
+            )
         if isinstance(value, torch.optim.Optimizer):
             source = _optimizer_source(name, value, named_keys)
             return [source] if source is not None else []
@@ -551,7 +561,8 @@ def _name_sources(
             source = _graph_source(namespace, name, value, memo)
             return [source] if source is not None else []
         # an object holding tensors in attributes is walked by the scan: its tensors are
-        # named (under its name); inside a hook, an Out entry or a frame it is found there
+        # named (under its name), the graphs they keep are not
+        return _attribute_graph_sources(namespace, name, value, memo)
     except Exception:  # a hostile object: it is skipped, never fatal
         return []
     return []
