@@ -202,6 +202,38 @@ def test_output_history_is_listed_apart_from_the_totals() -> None:
         assert "+ 976.6 KiB held by output history" in note
 
 
+def test_the_totals_note_counts_an_objects_gradients_and_state_once_whatever_names_reach_it() -> (
+    None
+):
+    """A trainer holding the model and the optimizer that are also named, and the weight as
+    ``w``: 257 KiB of gradients and 514 KiB of Adam state, not once per name. Taken away and
+    put back record by record (as a live window does), the figures follow."""
+    model = torch.nn.Linear(256, 256)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.ones(4, 256)).sum().backward()
+    opt.step()
+
+    class Trainer:
+        pass
+
+    trainer = Trainer()
+    trainer.model, trainer.opt = model, opt  # type: ignore[attr-defined]
+    inventory = scan({"model": model, "opt": opt, "trainer": trainer, "w": model.weight})
+    counts = vm.tally(inventory.records, None)
+    grads, state = 257 * 1024, 514 * 1024 + 2 * 4  # and two 0-dim step counters
+    assert (counts.grads, counts.optim) == (grads, state)
+    assert "including 257.0 KiB of gradients and 514.0 KiB of optimizer state" in (
+        vm.totals_note(counts)
+    )
+    by_name = {record.name: record for record in inventory.records}
+    counts.add([by_name["trainer.model"], by_name["trainer.opt"]], -1)
+    assert (counts.grads, counts.optim) == (grads, state)
+    counts.add([by_name["model"], by_name["opt"]], -1)
+    assert (counts.grads, counts.optim) == (256 * 1024, 0)  # w's own gradient is left
+    counts.add([by_name["model"], by_name["opt"]])
+    assert (counts.grads, counts.optim) == (grads, state)
+
+
 # -- deltas: applied to the previous window they give exactly a fresh window ----------------------
 
 _names = st.sampled_from([f"v{i}" for i in range(12)] + ["alpha", "Beta", "x2", "x10"])

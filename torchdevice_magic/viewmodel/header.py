@@ -4,7 +4,7 @@ targets and the default one, and every button's state with its reason."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..records import ColumnRows
@@ -87,6 +87,42 @@ def device_bars(inventory: Any) -> list[DeviceBar]:
     return bars
 
 
+class _Largest:
+    """Per group of names sharing storages (a model as ``model`` and as ``trainer.model``, its
+    weight also as ``w``): the figures of its records, of which the group counts the largest.
+    The same object under two names holds its gradients or its state once, and a parameter's
+    gradient is part of its module's."""
+
+    __slots__ = ("total", "_groups")
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._groups: dict[frozenset[str], dict[int, int]] = {}
+
+    def add(self, record: Any, value: int, sign: int) -> None:
+        if not record.shares_with:
+            self.total += sign * value
+            return
+        group = frozenset((record.name, *record.shares_with))
+        values = self._groups.setdefault(group, {})
+        before = max(values, default=0)
+        count = values.get(value, 0) + sign
+        if count > 0:
+            values[value] = count
+        else:
+            values.pop(value, None)
+        if not values:
+            del self._groups[group]
+        self.total += max(values, default=0) - before
+
+    def __eq__(self, other: object) -> bool:  # a live tally is checked against a fresh one
+        if not isinstance(other, _Largest):
+            return NotImplemented
+        return self.total == other.total and self._groups == other._groups
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass(slots=True)
 class Tally:
     """Sums over the records that the header needs; kept up to date by :class:`LiveWindow`
@@ -94,14 +130,24 @@ class Tally:
 
     target: str | None = None
     rows: int = 0
-    grads: int = 0
-    optim: int = 0
     hidden: int = 0
     shared: int = 0
     actionable: int = 0  # rows whose button can move them to ``target``
     #: optimizer state on the cpu that no optimizer row names: the 0-dim ``step`` counters
     #: torch keeps on the CPU for state on an accelerator (the cpu total shows them)
     counters: int = 0
+    _grads: _Largest = field(default_factory=_Largest)
+    _optim: _Largest = field(default_factory=_Largest)
+
+    @property
+    def grads(self) -> int:
+        """Bytes of gradients, each object's once however many names reach it."""
+        return self._grads.total
+
+    @property
+    def optim(self) -> int:
+        """Bytes of optimizer state, each optimizer's once however many names reach it."""
+        return self._optim.total
 
     def add(self, records: Iterable[Any], sign: int = 1) -> None:
         target = self.target
@@ -111,9 +157,10 @@ class Tally:
             if record.hidden:
                 self.hidden += sign * record.bytes
             else:
-                self.grads += sign * record.grad_bytes
+                if record.grad_bytes:
+                    self._grads.add(record, record.grad_bytes, sign)
                 if record.kind == "optimizer":
-                    self.optim += sign * record.bytes
+                    self._optim.add(record, record.bytes, sign)
                     if record.devices and "cpu" not in record.devices:
                         self.counters += sign * record.bytes_by_device.get("cpu", 0)
             if record.shares_with:
