@@ -538,3 +538,20 @@ def test_what_the_scan_keeps_of_a_tensor_is_left_alone_by_the_garbage_collector(
     assert shapes[:2] == [(1, 2), (2, 2)] and shapes[-1] == (3, 1)
     gc.collect()
     assert not any(map(gc.is_tracked, shapes))
+
+
+def test_a_modules_dtype_is_its_precision_not_its_integer_buffers():
+    """BatchNorm's ``num_batches_tracked`` and a transformer's ``position_ids`` are int64
+    buffers: the model is float32. Half the layers in float16, or a float16 running mean, is
+    mixed precision, and says so."""
+    cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    half = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    half[0].half()
+    norm = torch.nn.BatchNorm1d(3)
+    norm.running_mean = norm.running_mean.half()
+    counter = torch.nn.Module()
+    counter.register_buffer("steps", torch.zeros((), dtype=torch.long))
+    records = by_name(tdm.scan({"cnn": cnn, "half": half, "norm": norm, "counter": counter}))
+    assert records["cnn"].dtype == "float32"
+    assert records["half"].dtype == records["norm"].dtype == "mixed"
+    assert records["counter"].dtype == "int64"  # nothing but integers: those it is

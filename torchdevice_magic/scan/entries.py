@@ -185,6 +185,15 @@ def _signature_of(
     )
 
 
+def _module_dtypes(params: list[Any], buffers: list[Any]) -> set[Any]:
+    """The dtypes a module's row names: its parameters' and its floating-point buffers'. An
+    integer buffer (BatchNorm's ``num_batches_tracked``, a transformer's ``position_ids``) is a
+    counter or an index, not the model's precision: counted, every CNN read "mixed"."""
+    floating = [b for b in buffers if getattr(b.dtype, "is_floating_point", False)]
+    found = set(map(_get_dtype, chain(params, floating)))
+    return found or set(map(_get_dtype, buffers))
+
+
 def _live_submodules(refs: list[Any]) -> list[Any] | None:
     submodules = list(map(weakref.ref.__call__, refs))
     return None if None in submodules else submodules
@@ -301,7 +310,7 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
     if pending is None:
         by_device = bytes_by_device(storages)
         needed = _needed_bytes(storages)
-    dtypes = set(map(_get_dtype, chain(params, buffers)))
+    dtypes = _module_dtypes(params, buffers)
     record = Record(
         name,
         root or name,
