@@ -367,3 +367,31 @@ def test_optimizer_state_loaded_before_the_model_moved(ip, shown, simulated_devi
     assert_succeeds(ip, cell)
     state = ip.user_ns["optimizer"].state
     assert all(s["exp_avg"].device.type != "cpu" for s in state.values())
+
+
+@pytest.mark.simulated
+def test_adams_step_counters_on_the_cpu_are_not_state_in_the_wrong_place(
+    ip, shown, simulated_device
+) -> None:
+    """Adam stepped on the accelerator keeps its 0-dim ``step`` counters on the CPU, as torch
+    means it to. A batch left on the CPU is the culprit; the optimizer is not, and no fix
+    moves its state."""
+    dev = simulated_device
+    setup(
+        ip,
+        """
+        import torch, torch.nn as nn
+        model = nn.Linear(8, 2).to(DEV)
+        opt = torch.optim.Adam(model.parameters())
+        model(torch.randn(4, 8, device=DEV)).sum().backward()
+        opt.step()
+        x = torch.randn(4, 8)
+        """,
+        dev,
+    )
+    d = failing(ip, "loss = model(x).sum()\nloss.backward()\nopt.step()")
+    assert culprit(d, "opt").devices == (dev,)  # with its parameters, where it belongs
+    assert [line.source for line in d.fix_lines] == [f'x = x.to("{dev}")']
+    assert "state" not in shown[-1]
+    apply_cell_fixes(ip, d)
+    assert_succeeds(ip, "loss = model(x).sum()\nloss.backward()\nopt.step()")
