@@ -555,3 +555,21 @@ def test_a_modules_dtype_is_its_precision_not_its_integer_buffers():
     assert records["cnn"].dtype == "float32"
     assert records["half"].dtype == records["norm"].dtype == "mixed"
     assert records["counter"].dtype == "int64"  # nothing but integers: those it is
+
+
+@pytest.mark.simulated
+def test_a_0_dim_cpu_buffer_beside_an_accelerator_model_is_not_a_mix(simulated_device: str):
+    """``AveragedModel`` keeps its ``n_averaged`` counter on the cpu however the model it
+    copies is placed; a 0-dim cpu tensor mixes with any device in torch's ops, so the row says
+    so instead of warning. A buffer with dimensions on the cpu is a real mix."""
+    model = torch.nn.Linear(4, 4).to(simulated_device)
+    ema = torch.optim.swa_utils.AveragedModel(model)
+    half_moved = torch.nn.Linear(4, 4).to(simulated_device)
+    half_moved.register_buffer("mask", torch.ones(4))
+    inventory = tdm.scan({"ema": ema, "half_moved": half_moved})
+    records = by_name(inventory)
+    assert records["ema"].devices == ("cpu", simulated_device)
+    assert not records["ema"].mixed
+    assert records["ema"].note == "its 0-dim buffers on the cpu mix with any device"
+    assert records["half_moved"].mixed
+    assert [r.name for r in inventory.mixed_records()] == ["half_moved"]

@@ -185,6 +185,17 @@ def _signature_of(
     )
 
 
+def _scalar_cpu_buffers_apart(
+    param_devices: list[str], buffers: list[Any], buffer_devices: list[str]
+) -> bool:
+    """Whether a module is on one device but for 0-dim buffers on the cpu."""
+    mixing = set(param_devices)
+    for buffer, device in zip(buffers, buffer_devices, strict=True):
+        if device != "cpu" or buffer.dim():
+            mixing.add(device)
+    return len(mixing) <= 1
+
+
 def _module_dtypes(params: list[Any], buffers: list[Any]) -> set[Any]:
     """The dtypes a module's row names: its parameters' and its floating-point buffers'. An
     integer buffer (BatchNorm's ``num_batches_tracked``, a transformer's ``position_ids``) is a
@@ -293,6 +304,11 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
     meta_params = "meta" in param_devices
     devices = tuple(sorted(device_set, key=device_sort_key))
     mixed = len(devices) > 1 and dispatch is None
+    if mixed and _scalar_cpu_buffers_apart(param_devices, buffers, buffer_devices):
+        # AveragedModel's ``n_averaged``: a 0-dim cpu tensor mixes with tensors of any device
+        # in torch's ops, so it never makes a device error and is no reason to warn
+        mixed = False
+        notes.append("its 0-dim buffers on the cpu mix with any device")
     if mixed:
         notes.insert(0, f"spans {', '.join(devices)}")
     if meta_params and dispatch is None:
