@@ -201,3 +201,15 @@ def test_a_release_that_frees_less_says_who_still_holds_the_rest(shell):
     assert "freed 4 B (the rest is still held by out (autograd graph))" in printed
     holder = next(h for h in tdm.holders(shell.user_ns) if h.where.startswith("out"))
     assert holder.release() == holder.bytes and holder.still_held_by == ()
+
+
+def test_releasing_one_of_two_second_names_says_the_other_name_still_holds_it(shell):
+    """``del features`` leaves the tensor to ``also`` and to ``cache['features']``: dropping
+    one frees nothing, and the message names the variable that still holds it."""
+    run(shell, "features = torch.randn(256, 64)")
+    run(shell, "cache = {'features': features, 'note': 1}\nalso = features")
+    run(shell, "del features")
+    lines = listed(shell)
+    index = next(i for i, line in enumerate(lines) if line.startswith("also (second name"))
+    _, printed = run(shell, f"%devices --release {index}")
+    assert "deleted also; freed 0 B (the rest is still held by cache)" in printed

@@ -198,9 +198,9 @@ def _still_held(
     named = inventory.storages()
     held = set(named)
     who: list[str] = []
-    if not held.isdisjoint(keys):
-        roots = dict.fromkeys(record.root for record in inventory.records)
-        who += [root for root in roots if not inventory.storages_of(root).keys().isdisjoint(keys)]
+    if not held.isdisjoint(keys):  # a named variable still reaches some: which (no records)
+        storages_of = inventory.storages_of
+        who += [n for n in inventory.names() if not storages_of(n).keys().isdisjoint(keys)]
     for source in _sources(namespace, inventory, named, last_error=last_error):
         held.update(source.keys)
         if not source.keys.keys().isdisjoint(keys) and source.where not in who:
