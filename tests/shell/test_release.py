@@ -82,6 +82,23 @@ def keep_a_graph(ip) -> str:
     return "loss"
 
 
+def keep_graphs_in_an_attribute(ip) -> str:
+    run(
+        ip,
+        "class Trainer:\n"
+        "    def __init__(self):\n"
+        "        self.w = torch.ones(64, requires_grad=True)\n"
+        "        self.val_losses = []\n"
+        "    def evaluate(self):\n"
+        "        batch = torch.randn(256, 64)\n"
+        "        refs.append(weakref.ref(batch))\n"
+        "        self.val_losses.append((batch * self.w).sum())\n"
+        "trainer = Trainer()\n"
+        "trainer.evaluate()",
+    )
+    return "trainer.val_losses"
+
+
 def keep_a_second_name(ip) -> str:
     run(ip, "batch = torch.randn(256, 64)\nrefs.append(weakref.ref(batch))\nalias = batch")
     run(ip, "del batch")
@@ -96,6 +113,7 @@ MAKERS = {
     "another error": fail_with_another_error,
     "an autograd graph": keep_a_graph,
     "a second name": keep_a_second_name,
+    "an object's list of losses with their graphs": keep_graphs_in_an_attribute,
 }
 
 

@@ -99,6 +99,22 @@ def keep_a_second_name(kernel: Kernel) -> str:
     return "alias"
 
 
+def keep_graphs_in_an_attribute(kernel: Kernel) -> str:
+    kernel.run(
+        "class Trainer:\n"
+        "    def __init__(self):\n"
+        "        self.w = torch.ones(64, requires_grad=True)\n"
+        "        self.val_losses = []\n"
+        "    def evaluate(self):\n"
+        "        batch = torch.randn(256, 64)\n"
+        "        refs.append(weakref.ref(batch))\n"
+        "        self.val_losses.append((batch * self.w).sum())\n"
+        "trainer = Trainer()\n"
+        "trainer.evaluate()"
+    )
+    return "trainer.val_losses"
+
+
 MAKERS = {
     "Out": lambda k: display_a_tensor(k, 0),
     "Out, two outputs later (___)": lambda k: display_a_tensor(k, 2),
@@ -106,6 +122,7 @@ MAKERS = {
     "a device error, cells later (kept for %debug)": lambda k: fail_with_a_device_error(k, 2),
     "another error": fail_with_another_error,
     "a second name": keep_a_second_name,
+    "an object's list of losses with their graphs": keep_graphs_in_an_attribute,
 }
 
 
