@@ -102,3 +102,27 @@ def test_a_module_caching_its_output_with_the_graph_is_a_holder(ip) -> None:
     assert holder.release() > 0
     assert ip.user_ns["net"].last.grad_fn is None
     assert "net.last" not in {h.where for h in tdm.holders(ip.user_ns)}
+
+
+def test_a_long_history_is_looked_at_by_its_last_elements_only(ip) -> None:
+    """A trainer's history of 10,000 floats is read after every cell that mentions the trainer:
+    only its last elements are looked at for graphs, where a list of losses grows."""
+    from torchdevice_magic.memory.graphs import GRAPH_ELEMENTS_LOOKED_AT
+
+    run(
+        ip,
+        """
+        import torch
+        class Trainer:
+            def __init__(self):
+                self.w = torch.ones(64, requires_grad=True)
+                self.history = [0.5] * 10_000
+        trainer = Trainer()
+        trainer.history.insert(0, (torch.randn(256, 64) * trainer.w).sum())
+        for _ in range(3):
+            trainer.history.append((torch.randn(256, 64) * trainer.w).sum())
+        """,
+    )
+    assert GRAPH_ELEMENTS_LOOKED_AT < 10_000
+    found = [h.where for h in tdm.holders(ip.user_ns) if h.where.startswith("trainer.")]
+    assert found == ["trainer.history: 3 autograd graphs"]  # the first one is past the bound

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import sys
 from collections.abc import Callable, Iterable
+from itertools import islice
 from typing import Any
 
 from ..objects import TorchTypes, add_storages, instance_dict, is_fake, is_uninitialized
@@ -167,11 +168,44 @@ def _leaf_grad(tensor: Any) -> Any:
     return tensor.grad
 
 
+#: a container's elements looked at for graphs after a cell, at most: its last ones, where a
+#: list of losses grows. A trainer's history of 100,000 floats, mentioned by every cell that
+#: calls ``trainer.step()``, must not cost a Python loop over all of it each time.
+GRAPH_ELEMENTS_LOOKED_AT = 4096
+
+
 def _graph_roots(value: Any) -> list[Any]:
-    """Tensors with a graph in ``value`` (a tensor, or one level of a list/tuple/dict)."""
-    if _is_tensor(value):
+    """Tensors with a graph in ``value`` (a tensor, or one level of a list/tuple/dict: its
+    last :data:`GRAPH_ELEMENTS_LOOKED_AT` elements)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return []
+    tensor_type = torch.Tensor
+    if isinstance(value, tensor_type):
         return [value] if _has_graph(value) else []
-    return [v for _, v in _shallow_items(value) if _is_tensor(v) and _has_graph(v)]
+    elements = _last_elements(value, GRAPH_ELEMENTS_LOOKED_AT)
+    # the element types first, in C: most containers hold no tensor at all
+    if not any(issubclass(kind, tensor_type) for kind in set(map(type, elements))):
+        return []
+    return [v for v in elements if isinstance(v, tensor_type) and _has_graph(v)]
+
+
+def _last_elements(value: Any, count: int) -> list[Any]:
+    """The last ``count`` elements of a list or tuple, or values of a dict, read with the base
+    classes' own methods (never a subclass's override); anything else: none."""
+    try:
+        if isinstance(value, dict):
+            values = dict.values(value)
+            if len(values) <= count:
+                return list(values)
+            return list(islice(reversed(values), count))[::-1]
+        if isinstance(value, list):
+            return list.__getitem__(value, slice(-count, None))
+        if isinstance(value, tuple):
+            return list(tuple.__getitem__(value, slice(-count, None)))
+    except Exception:
+        pass
+    return []
 
 
 def _tensor_count(value: Any) -> int:
