@@ -12,6 +12,10 @@ differences (ms): what the hook adds, and the graph holders' share of it. Counte
 (the same on any load): graph walks per cell, the autograd nodes they visit, and the
 ``scan()`` calls the graph holders make for the tensors the graphs saved.
 
+A third namespace: a trainer object holding a 100,000-float history, the cell
+``trainer.step()`` (what the graph holders' look at an object's attributes costs where a list
+attribute is long: its last 4,096 elements are read).
+
 Run: ``python benchmarks/graphs_cell.py [rounds]`` from the repository root.
 """
 
@@ -41,6 +45,20 @@ bench_opt.step()
 """
 
 
+#: an object whose list attribute is long: the graph holders look at its last elements only
+TRAINER_SETUP = """
+import torch
+class Trainer:
+    def __init__(self):
+        self.model = torch.nn.Linear(64, 10)
+        self.history = [0.5] * 100_000
+    def step(self):
+        self.history.append(self.model(torch.randn(8, 64)).sum().item())
+trainer = Trainer()
+"""
+TRAINER_CELL = "trainer.step()\n"
+
+
 def nodes_in(roots: list[Any]) -> int:
     """Autograd nodes reachable from ``roots`` (what one walk of their graphs visits)."""
     seen: set[int] = set()
@@ -53,19 +71,19 @@ def nodes_in(roots: list[Any]) -> int:
     return len(seen)
 
 
-def per_cell_ms(shell: Any, runs: int = 10) -> float:
+def per_cell_ms(shell: Any, runs: int = 10, cell: str = CELL) -> float:
     start = time.perf_counter()
     for _ in range(runs):
-        shell.run_cell(CELL)
+        shell.run_cell(cell)
     return (time.perf_counter() - start) / runs * 1e3
 
 
-def measure(shell: Any, rounds: int) -> tuple[list[float], list[float]]:
+def measure(shell: Any, rounds: int, cell: str = CELL) -> tuple[list[float], list[float]]:
     """Per round: (ms the hook adds per cell, ms of it that the graph holders take: loaded with
     the graph holders versus loaded without them)."""
     from torchdevice_magic.memory import sources
 
-    original = sources._graph_source
+    original, original_attributes = sources._graph_source, sources._attribute_graph_sources
     extensions = shell.extension_manager
     added, graphs_share = [], []
     for round_number in range(rounds):
@@ -78,18 +96,20 @@ def measure(shell: Any, rounds: int) -> tuple[list[float], list[float]]:
                 extensions.load_extension("torchdevice_magic")
             if variant == "no graphs":
                 sources._graph_source = lambda *arguments: None
+                sources._attribute_graph_sources = lambda *arguments: []
             try:
-                per_cell_ms(shell, 2)
-                times[variant] = per_cell_ms(shell)
+                per_cell_ms(shell, 2, cell)
+                times[variant] = per_cell_ms(shell, cell=cell)
             finally:
                 sources._graph_source = original
+                sources._attribute_graph_sources = original_attributes
         added.append(times["on"] - times["off"])
         graphs_share.append(times["on"] - times["no graphs"])
     extensions.unload_extension("torchdevice_magic")
     return added, graphs_share
 
 
-def count_walks(shell: Any) -> tuple[int, int, int]:
+def count_walks(shell: Any, cell: str = CELL) -> tuple[int, int, int]:
     """(graph walks, nodes visited, scans of saved tensors) in one run of the graph cell with
     the extension loaded."""
     from torchdevice_magic.memory import graphs
@@ -108,11 +128,11 @@ def count_walks(shell: Any) -> tuple[int, int, int]:
         return original_scan(parts)
 
     shell.extension_manager.load_extension("torchdevice_magic")
-    shell.run_cell(CELL)
+    shell.run_cell(cell)
     graphs.graph_tensors = counting  # type: ignore[assignment]
     graphs._keys_of = counting_scans  # type: ignore[assignment]
     try:
-        shell.run_cell(CELL)
+        shell.run_cell(cell)
     finally:
         graphs.graph_tensors, graphs._keys_of = original, original_scan  # type: ignore[assignment]
         shell.extension_manager.unload_extension("torchdevice_magic")
@@ -124,14 +144,18 @@ def main() -> None:
 
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 15
     shell = get_ipython()
-    for name, setup in (("engines' namespace (simdev)", SETUP), ("2,000 objects (cpu)", CPU_SETUP)):
+    for name, setup, cell in (
+        ("graph cell, engines' namespace (simdev)", SETUP, CELL),
+        ("graph cell, 2,000 objects (cpu)", CPU_SETUP, CELL),
+        ("trainer.step(), a trainer holding a 100,000-float history", TRAINER_SETUP, TRAINER_CELL),
+    ):
         shell.reset(new_session=False)
         shell.run_cell(setup)
-        walks, nodes, scans = count_walks(shell)
-        added, graphs_share = measure(shell, rounds)
+        walks, nodes, scans = count_walks(shell, cell)
+        added, graphs_share = measure(shell, rounds, cell)
         quartiles = statistics.quantiles(added, n=4)
         print(
-            f"graph cell, {name}: added {statistics.median(added):5.2f} ms per cell "
+            f"{name}: added {statistics.median(added):5.2f} ms per cell "
             f"(quartiles {quartiles[0]:.2f} - {quartiles[2]:.2f}), of which the graph "
             f"holders {statistics.median(graphs_share):5.2f} ms; "
             f"{walks} graph walks, {nodes} autograd nodes visited, {scans} scans of saved "
