@@ -33,8 +33,10 @@ from .memory import (
     holders_changed,
     shell_references,
 )
+from .objects import LOADER_DATA_STAYS
 from .scan import Inventory, Scanner, orphan_warning
 from .trace import MetaCallCheck
+from .units import device_sort_key
 
 log = logging.getLogger("torchdevice_magic")
 
@@ -148,6 +150,22 @@ class DeviceController:
         parsed once; a diagnosis of the same cell reuses the parse.
         """
         return self.parse_cell(cell).global_names if cell else ()
+
+    def devices_spanned(self, used: Inventory, cell: str) -> list[str]:
+        """The devices what ``cell`` used (``used``) spans, for ``%%devicecheck``'s warning
+        and ``--strict``. A DataLoader's data and the batches a loop over it takes stay on the
+        host by design, the loop body moving them: they are left out, so the canonical
+        training loop is not a mix."""
+        batches = self.parse_cell(cell).loader_batches(self.namespace)
+        found = {
+            device
+            for record in used.records
+            if not record.hidden
+            and record.root not in batches
+            and record.movable_reason != LOADER_DATA_STAYS
+            for device in record.devices
+        }
+        return sorted(found, key=device_sort_key)
 
     def scan_after_cell(self, cell: str) -> tuple[tuple[str, ...], Inventory]:
         """The names a cell mentions and the scan after it (incremental: what it named, and

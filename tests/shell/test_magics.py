@@ -34,6 +34,30 @@ def test_devicecheck_warns_and_strict_fails_when_the_cell_spans_devices(ip):
     ]
 
 
+@pytest.mark.simulated
+def test_strict_passes_the_training_loop_whose_loader_stays_on_the_host(ip, simulated_device):
+    """A DataLoader's data and the batches a loop over it takes are on the cpu by design; the
+    loop body moves them. That is not a mix: --strict lets it pass. A cpu tensor the cell
+    makes beside the accelerator's results still fails it."""
+    run(
+        ip,
+        f"import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        f"dev = {simulated_device!r}\n"
+        "model = torch.nn.Linear(8, 2).to(dev)\n"
+        "loader = DataLoader(TensorDataset(torch.randn(32, 8), torch.randn(32, 2)), batch_size=8)",
+    )
+    loop = (
+        "for step, (x, y) in enumerate(loader):\n"
+        "    loss = ((model(x.to(dev)) - y.to(dev)) ** 2).mean()\n"
+    )
+    result, printed, _ = run(ip, "%%devicecheck --strict --quiet\n" + loop)
+    assert result.success, result.error_in_exec
+    assert "spans" not in printed
+    result, _, _ = run(ip, "%%devicecheck --strict --quiet\n" + loop + "kept = torch.ones(3)\n")
+    assert isinstance(result.error_in_exec, MixedDevicesError)
+    assert "spans 2 devices: cpu, " in str(result.error_in_exec)
+
+
 def test_devicecheck_explains_a_device_error_with_the_chosen_device(ip):
     run(ip, SETUP)
     result, _, shown = run(ip, "%%devicecheck -d cpu\ny = model(x)")

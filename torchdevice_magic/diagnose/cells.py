@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from .. import objects
+
 __all__ = ["Cell", "Creation", "parse_cell"]
 
 _MAGIC_LINE = re.compile(r"^(\s*)(%%?|!)\s*\w*\s*")
@@ -207,6 +209,25 @@ class Cell:
                         out.add(target.id)
         return frozenset(out)
 
+    def loader_batches(self, namespace: Any) -> frozenset[str]:
+        """The targets of the cell's ``for`` loops over a DataLoader of ``namespace``
+        (``for x, y in loader``, ``enumerate(loader)``, ``tqdm(loader)``, ``zip(...)``): batches
+        on the host, where the loader makes them, which the loop body moves."""
+        if self.tree is None:
+            return frozenset()
+        T = objects.TorchTypes.current()
+        if T is None:
+            return frozenset()
+        found: set[str] = set()
+        for node in ast.walk(self.tree):
+            if not isinstance(node, (ast.For, ast.AsyncFor)):
+                continue
+            iterated = [n.id for n in ast.walk(node.iter) if isinstance(n, ast.Name)]
+            if not any(_is_loader(T, namespace, name) for name in iterated):
+                continue
+            found.update(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
+        return frozenset(found)
+
     def reads_in_line(self, lineno: int | None) -> frozenset[str]:
         stmt = self.statement_at(lineno)
         if stmt is None:
@@ -314,6 +335,14 @@ class Cell:
                         except Exception:
                             return None
         return None
+
+
+def _is_loader(T: Any, namespace: Any, name: str) -> bool:
+    try:
+        value = namespace.get(name)
+    except Exception:
+        return False
+    return value is not None and objects.kind_of(T, value) == objects.Kind.DATALOADER
 
 
 def _is_compound(node: ast.stmt) -> bool:

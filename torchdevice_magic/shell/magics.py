@@ -11,7 +11,6 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from ..units import device_sort_key
 from .hooks import DeviceSession
 
 MAGIC_NAMES = {"cell": ["devicecheck"], "line": ["devices"]}
@@ -184,9 +183,7 @@ class DeviceMagics(Magics):
                 raise MixedDevicesError(f"{mix.op} computed with a meta tensor beside a real one")
 
         used = inventory if args.all else inventory.subset(app.cell_names(cell))
-        spans = sorted(
-            {d for r in used.records if not r.hidden for d in r.devices}, key=device_sort_key
-        )
+        spans = app.devices_spanned(used, cell)
         if not args.quiet and used.records:
             session.show(self._table(used, title="What this cell used"))
         if len(spans) > 1:
