@@ -16,6 +16,21 @@ def train(model, loader):
     return out
 """
 
+#: a trainer whose evaluation keeps each loss with its graph in ``self.val_losses``; the batch
+#: the graph saved (64 KiB) gets a weak reference in ``refs``, which the cell's namespace has
+TRAINER_KEEPING_GRAPHS = """
+class Trainer:
+    def __init__(self):
+        self.w = torch.ones(64, requires_grad=True)
+        self.val_losses = []
+    def evaluate(self):
+        batch = torch.randn(256, 64)
+        refs.append(weakref.ref(batch))
+        self.val_losses.append((batch * self.w).sum())
+trainer = Trainer()
+trainer.evaluate()
+"""
+
 
 def run(shell, cell):
     with capture_output() as captured:

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 from IPython.utils.capture import capture_output
+from shellcells import TRAINER_KEEPING_GRAPHS
 
 import torchdevice_magic as tdm
 from torchdevice_magic.shell import get_session
@@ -83,19 +84,7 @@ def keep_a_graph(ip) -> str:
 
 
 def keep_graphs_in_an_attribute(ip) -> str:
-    run(
-        ip,
-        "class Trainer:\n"
-        "    def __init__(self):\n"
-        "        self.w = torch.ones(64, requires_grad=True)\n"
-        "        self.val_losses = []\n"
-        "    def evaluate(self):\n"
-        "        batch = torch.randn(256, 64)\n"
-        "        refs.append(weakref.ref(batch))\n"
-        "        self.val_losses.append((batch * self.w).sum())\n"
-        "trainer = Trainer()\n"
-        "trainer.evaluate()",
-    )
+    run(ip, TRAINER_KEEPING_GRAPHS)
     return "trainer.val_losses"
 
 

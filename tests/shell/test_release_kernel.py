@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from jupyter_client.manager import start_new_kernel
+from shellcells import TRAINER_KEEPING_GRAPHS
 
 pytestmark = pytest.mark.kernel
 
@@ -100,18 +101,7 @@ def keep_a_second_name(kernel: Kernel) -> str:
 
 
 def keep_graphs_in_an_attribute(kernel: Kernel) -> str:
-    kernel.run(
-        "class Trainer:\n"
-        "    def __init__(self):\n"
-        "        self.w = torch.ones(64, requires_grad=True)\n"
-        "        self.val_losses = []\n"
-        "    def evaluate(self):\n"
-        "        batch = torch.randn(256, 64)\n"
-        "        refs.append(weakref.ref(batch))\n"
-        "        self.val_losses.append((batch * self.w).sum())\n"
-        "trainer = Trainer()\n"
-        "trainer.evaluate()"
-    )
+    kernel.run(TRAINER_KEEPING_GRAPHS)
     return "trainer.val_losses"
 
 
