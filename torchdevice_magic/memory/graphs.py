@@ -222,14 +222,7 @@ def _has_graph(tensor: Any) -> bool:
 
 
 def _detach_graphs(namespace: Any, name: str, expected_id: int) -> str:
-    value = namespace.get(name)
-    if value is None or id(value) != expected_id:
-        return f"{name} was rebound since: nothing released"
-    if _is_tensor(value):
-        if not _detach_in_place(value):
-            namespace[name] = value.detach()
-        return f"{name} no longer keeps its autograd graph (it was detached)"
-    return _detach_elements(name, value)
+    return _detach_held(namespace, name, name, expected_id)
 
 
 def _detach_attribute_graphs(
@@ -237,29 +230,31 @@ def _detach_attribute_graphs(
 ) -> str:
     """Detach what ``name.attribute`` holds, if ``name`` and its attribute are still the
     objects measured (found again by name: a holder must not keep the object alive)."""
-    label = f"{name}.{attribute}"
     owner = namespace.get(name)
     attributes = instance_dict(owner) if owner is not None and id(owner) == owner_id else None
-    value = attributes.get(attribute) if attributes is not None else None
+    return _detach_held(attributes or {}, attribute, f"{name}.{attribute}", expected_id)
+
+
+def _detach_held(holder: Any, key: str, label: str, expected_id: int) -> str:
+    """Detach from their graphs the tensors ``holder[key]`` holds (a namespace's name, an
+    object's attribute: a tensor, or one level of a container), if it is still the object
+    measured; a tensor that cannot be detached in place is replaced by its detached copy."""
+    value = holder.get(key)
     if value is None or id(value) != expected_id:
         return f"{label} was rebound since: nothing released"
     if _is_tensor(value):
         if not _detach_in_place(value):
-            attributes[attribute] = value.detach()  # type: ignore[index]
+            holder[key] = value.detach()
         return f"{label} no longer keeps its autograd graph (it was detached)"
-    return _detach_elements(label, value)
-
-
-def _detach_elements(name: str, value: Any) -> str:
     released = 0
-    for key, element in _shallow_items(value):
+    for index, element in _shallow_items(value):
         if _is_tensor(element) and _has_graph(element):
             if not _detach_in_place(element):
                 if isinstance(value, tuple):
                     continue  # immutable: cannot swap the element
-                value[key] = element.detach()
+                value[index] = element.detach()
             released += 1
-    return f"detached {released} tensors of {name} from their autograd graphs (the values stay)"
+    return f"detached {released} tensors of {label} from their autograd graphs (the values stay)"
 
 
 def _detach_in_place(tensor: Any) -> bool:
