@@ -248,15 +248,11 @@ def holders(
     for source in _sources(namespace, inventory, named, forgotten, output_refs, last_error):
         subtract = named if source.subtract is None else source.subtract
         keys = source.keys
-        if len(keys) == 1:  # most holders (an output, a tensor): one storage, one device
-            ((key, (dev, nbytes)),) = keys.items()
-            if key in subtract or dev in _NOT_MEMORY:
-                continue
-            outside, per_device = keys, {dev: nbytes}
+        if len(keys) == 1:  # most holders (an output, a tensor): one storage, kept or not
+            outside = {} if next(iter(keys)) in subtract else keys
         else:
             outside = {k: v for k, v in keys.items() if k not in subtract}
-            per_device = _by_device(outside)
-        for dev, nbytes in per_device.items():
+        for dev, nbytes in _by_device(outside).items():
             if nbytes <= 0 or not _device_matches(dev, device):
                 continue
             found.append(
@@ -276,10 +272,6 @@ def holders(
     order = {d: device_sort_key(d) for d in {h.device for h in found}}
     found.sort(key=lambda h: (-h.bytes, order[h.device], h.where))
     return found
-
-
-#: devices whose bytes are no memory in use (:func:`~.base._by_device` leaves them out)
-_NOT_MEMORY = frozenset({"meta", "disk"})
 
 
 def _device_matches(device: str, wanted: str | None) -> bool:
