@@ -395,3 +395,40 @@ def test_adams_step_counters_on_the_cpu_are_not_state_in_the_wrong_place(
     assert "state" not in shown[-1]
     apply_cell_fixes(ip, d)
     assert_succeeds(ip, "loss = model(x).sum()\nloss.backward()\nopt.step()")
+
+
+@pytest.mark.simulated
+def test_a_batch_the_cell_moves_is_not_a_culprit(ip, shown, simulated_device) -> None:
+    """``xb = x.to(dev)`` leaves ``x`` on the CPU, and no op sees it there: a resumed optimizer
+    whose state stayed on the CPU is the one culprit, and the button moves nothing else (a
+    dataset-sized ``x`` moved for nothing could run the card out of memory)."""
+    dev = simulated_device
+    setup(
+        ip,
+        """
+        import torch, torch.nn as nn
+        model = nn.Linear(8, 2)
+        opt = torch.optim.Adam(model.parameters())
+        model(torch.randn(4, 8)).sum().backward(); opt.step()  # state made on the cpu
+        model.to(DEV)
+        x = torch.randn(4, 8); y = torch.randn(4, 2)
+        """,
+        dev,
+    )
+    cell = (
+        "xb, yb = x.to(DEV), y.to(DEV)\n"
+        "loss = nn.functional.mse_loss(model(xb), yb)\nloss.backward()\nopt.step()"
+    )
+    d = failing(ip, cell)
+    assert {c.name for c in d.culprits} >= {"opt", "xb", "yb"}
+    assert not {"x", "y"} & {c.name for c in d.culprits}
+    assert d.action is not None and d.action.names == ("opt",)
+    press_the_button(ip, d)
+    assert_succeeds(ip, cell)
+    # the model forgotten on the cpu: its move is the whole fix, not the input's second copy
+    ip.run_cell("model.cpu()")
+    d = failing(ip, "out = model(x.to(DEV))")
+    assert "x" not in {c.name for c in d.culprits}
+    assert [line.source for line in d.fix_lines] == [f'model.to("{dev}")']
+    apply_cell_fixes(ip, d)
+    assert_succeeds(ip, "out = model(x.to(DEV))")

@@ -228,6 +228,38 @@ class Cell:
             found.update(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
         return frozenset(found)
 
+    def moved_only(self, namespace: Any) -> frozenset[str]:
+        """Names and chains the cell reads only to move them (``x.to(dev)``, ``x.cuda()``,
+        ``x.cpu()``, the device known): no op of the cell sees them where they are, only the
+        copy the move makes (which a wrong target makes the culprit, as a creation)."""
+        if self.tree is None:
+            return frozenset()
+        parents = {
+            id(child): node for node in ast.walk(self.tree) for child in ast.iter_child_nodes(node)
+        }
+        moved: set[str] = set()
+        used: set[str] = set()
+        for node in ast.walk(self.tree):
+            if not isinstance(node, (ast.Name, ast.Attribute)) or not isinstance(
+                getattr(node, "ctx", None), ast.Load
+            ):
+                continue
+            chain = chain_of(node)
+            if chain is None:
+                continue
+            method = parents.get(id(node))
+            if isinstance(node, ast.Attribute) and _moves_to_device(
+                node, parents.get(id(node)), namespace
+            ):
+                continue  # the ``x.to`` of ``x.to(dev)``: the method, not a read
+            if isinstance(method, ast.Attribute) and _moves_to_device(
+                method, parents.get(id(method)), namespace
+            ):
+                moved.add(chain)
+            else:
+                used.add(chain)
+        return frozenset(moved - used)
+
     def reads_in_line(self, lineno: int | None) -> frozenset[str]:
         stmt = self.statement_at(lineno)
         if stmt is None:
@@ -425,6 +457,19 @@ def _creation(node: ast.Call, namespace: Any) -> Creation | None:
             if device is not None or written:
                 return Creation(node, text, device, written)
     return None
+
+
+def _moves_to_device(method: ast.Attribute, call: ast.AST | None, namespace: Any) -> bool:
+    """Whether ``method`` is the ``.to``/``.cuda``/``.cpu`` of a ``call`` that moves its
+    receiver to a known device (``.to(torch.float16)`` only changes the dtype)."""
+    if not isinstance(call, ast.Call) or call.func is not method:
+        return False
+    if method.attr in ("cuda", "cpu"):
+        return True
+    if method.attr != "to":
+        return False
+    values = list(call.args[:1]) + [k.value for k in call.keywords if k.arg == "device"]
+    return any(_device_value(value, namespace)[0] is not None for value in values)
 
 
 def _move_result(node: ast.Call, device: str) -> None:

@@ -185,14 +185,26 @@ def _add_cell_reads(
 ) -> None:
     """What the cell reads, looked up in the namespace."""
     loop_vars = cell.loop_vars
+    moved_only = cell.moved_only(namespace)
     for chain_name, _, _ in cell.reads:
         try:
             ok, obj = resolve_chain(namespace, chain_name, torch)
+            if ok and chain_name in moved_only and _moves_without_error(obj, torch):
+                continue  # only its moved copy reaches an op (``xb = x.to(dev)``)
             if ok:
                 collector.add(chain_name, "cell", obj, loop_var=chain_name in loop_vars)
         except Exception:
             pass  # a hostile object is skipped, not fatal
         obj = None
+
+
+def _moves_without_error(obj: Any, torch: Any) -> bool:
+    """A tensor whose ``.to(device)`` cannot be what raised: not a meta tensor (copying one
+    out raises, and the diagnosis names it)."""
+    try:
+        return is_type(obj, torch.Tensor) and obj.device.type != "meta"
+    except Exception:
+        return False
 
 
 def _add_frame_locals(
