@@ -34,7 +34,7 @@ from .memory import (
     shell_references,
 )
 from .objects import LOADER_DATA_STAYS
-from .scan import Inventory, Scanner, orphan_warning
+from .scan import Inventory, Scanner, orphan_warning, spans_warning
 from .trace import MetaCallCheck
 from .units import device_sort_key
 
@@ -122,13 +122,19 @@ class DeviceController:
         self.meta_calls = MetaCallCheck()
 
     # -- scanning --------------------------------------------------------------------------
-    def rescan(self, changed: tuple[str, ...] | list[str] = (), recheck: bool = True) -> Inventory:
+    def rescan(
+        self,
+        changed: tuple[str, ...] | list[str] = (),
+        recheck: bool = True,
+        reinspect: tuple[str, ...] = (),
+    ) -> Inventory:
         self.scanner.last = self.inventory  # whatever the controller last showed
         self.inventory = self.scanner.scan(
             self.namespace,
             include_hidden=self.settings.include_hidden,
             changed=changed,
             recheck=recheck,
+            reinspect=reinspect,
         )
         return self.inventory
 
@@ -172,7 +178,9 @@ class DeviceController:
         modules and optimizers only where it may have reached one)."""
         names = self.cell_names(cell)
         only_data = touches_only_data(names, self.namespace, self.inventory)
-        return names, self.rescan(names, recheck=not only_data)
+        # an attribute the cell set (``model.mask = ...``) changes no signature: look again
+        reinspect = self.parse_cell(cell).attributes_set if cell else ()
+        return names, self.rescan(names, recheck=not only_data, reinspect=reinspect)
 
     # -- targets and header ----------------------------------------------------------------
     def targets(self) -> list[viewmodel.Target]:
@@ -469,7 +477,7 @@ class DeviceController:
             if record.kind == "optimizer":
                 found.append(f"{record.name}: {record.note}")
             else:
-                found.append(f"{record.name} ({record.type}) spans {', '.join(record.devices)}")
+                found.append(spans_warning(record, with_type=True))
         return found + ranks.new_rank_warnings(inventory, self._warned)
 
 

@@ -390,3 +390,25 @@ def test_a_dataloaders_data_stays_where_it_is_when_what_holds_it_moves() -> None
     with pytest.raises(MoveError, match="a DataLoader's data stays where it is"):
         move(ns, "meta", ["dl"])
     assert ns["dl"].dataset.tensors[0].device.type == "cpu"
+
+
+class _LeavesAMaskBehind(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.lin.mask = torch.ones(4)  # a plain attribute: module.to() does not move it
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_moved_module_says_which_plain_tensor_attributes_it_left(target: str) -> None:
+    """The move is ``module.to()``'s, which leaves plain tensor attributes where they are;
+    the summary names them and the fix, so a forward that fails next is no surprise."""
+    namespace = {"net": _LeavesAMaskBehind(), "fine": nn.Linear(2, 2)}
+    result = move(namespace, target)
+    assert result.ok
+    assert result.left_behind == ["net.lin.mask on cpu"]
+    assert namespace["net"].lin.mask.device.type == "cpu"  # as module.to() leaves it
+    assert result.summary().endswith(
+        "; left net.lin.mask on cpu: a plain tensor attribute, which .to() does not move "
+        "(register_buffer in its class makes it move with the module)"
+    )

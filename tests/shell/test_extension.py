@@ -307,3 +307,13 @@ def test_default_device_config_is_validated(ip, caplog):
     run(ip, "%config TorchDeviceMagic.default_device = 'cpu'")
     assert session.app.default_target() == "cpu"
     run(ip, "%config TorchDeviceMagic.default_device = ''")
+
+
+def test_hook_names_a_plain_tensor_attribute_a_cell_sets_beside_the_parameters(ip):
+    run(ip, "import torch\nnet = torch.nn.Linear(2, 2).to('meta')")
+    _, printed, _ = run(ip, "net.mask = torch.ones(2)")
+    assert printed.count("net (Linear) spans cpu, meta — net.mask on cpu is a plain tensor") == 1
+    _, printed, _ = run(ip, "net.mask = net.mask.to('meta')")
+    assert "spans" not in printed
+    _, printed, _ = run(ip, "%devices --text")
+    assert "spans" not in printed and "plain tensor" not in printed

@@ -198,6 +198,20 @@ class Cell:
         return tuple((k, *found[k]) for k in ordered[:300])
 
     @cached_property
+    def attributes_set(self) -> tuple[str, ...]:
+        """The names whose attributes the cell sets or deletes (``model.mask = ...``,
+        ``net.pos.pe = ...``): an object changed in a way no cheap signature sees."""
+        if self.tree is None:
+            return ()
+        found: dict[str, None] = {}
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                chain = chain_of(node)
+                if chain is not None:
+                    found.setdefault(chain.split(".", 1)[0])
+        return tuple(found)
+
+    @cached_property
     def loop_vars(self) -> frozenset[str]:
         out: set[str] = set()
         if self.tree is None:

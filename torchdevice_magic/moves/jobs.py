@@ -352,6 +352,8 @@ class Plan:
         self.dest: Any = None
         self.items: list[PlannedItem] = []
         self.skipped: list[tuple[str, str]] = []
+        #: moved modules' plain tensor attributes that stay where they are ("m.pe on cpu")
+        self.left_behind: list[str] = []
         self.modules: dict[int, ModuleJob] = {}  # in-place jobs: modules and Parameter holders
         self.module_ids: set[int] = set()  # every submodule recorded by a job
         self.param_records: dict[int, ParamRecord] = {}

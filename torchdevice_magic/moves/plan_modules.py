@@ -227,12 +227,29 @@ def add_module(
         module_layout(m),
         listed,
     )
+    if dest is not None:
+        plan.left_behind += _left_behind(plan, name, m, dest)
     if id(m) not in plan.module_ids:  # else a submodule of a module moved in this call
         job = ModuleJob(name, m, dest, dest_of)
         record_module(plan, job, m)
         plan.modules[id(m)] = job
     plan.items.append(item)
     return item
+
+
+def _left_behind(plan: Plan, name: str, m: Any, dest: Any) -> list[str]:
+    """The module's plain tensor attributes that ``.to(dest)`` leaves on another device (0-dim
+    cpu ones aside: they mix with any device)."""
+    try:
+        loose = objects.plain_tensor_attributes(plan.T, m, list(m.modules()))
+    except Exception:
+        return []
+    return [
+        f"{name}.{found.name} on {plan.device_label(found.tensor.device)}"
+        for found in loose
+        if found.tensor.device != dest
+        and not (found.tensor.device.type == "cpu" and found.tensor.dim() == 0)
+    ]
 
 
 def _nothing_to_move(plan: Plan, devices: set[Any], dest: Any) -> str:

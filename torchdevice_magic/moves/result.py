@@ -75,6 +75,9 @@ class MoveResult:
     #: What the memory pre-check predicted the move allocates on its target(s): each storage
     #: once, on CUDA rounded up to the caching allocator's 512-byte blocks.
     predicted_bytes: int = 0
+    #: Plain tensor attributes of moved modules (``model.pos.pe``, not a buffer) that stay
+    #: where they are, as ``module.to()`` leaves them: "model.pos.pe on cpu".
+    left_behind: list[str] = field(default_factory=list)
     _undo: Undoable | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -103,6 +106,16 @@ class MoveResult:
             text += (
                 f"; {held} still held on the old device by other references "
                 "(%devices --holders names them)"
+            )
+        if self.left_behind:
+            shown = ", ".join(self.left_behind[:3])
+            more = f" and {len(self.left_behind) - 3} more" if len(self.left_behind) > 3 else ""
+            one = len(self.left_behind) == 1
+            what = "a plain tensor attribute" if one else "plain tensor attributes"
+            it, its = ("it", "its") if one else ("them", "their")
+            text += (
+                f"; left {shown}{more}: {what}, which .to() does not move "
+                f"(register_buffer in {its} class makes {it} move with the module)"
             )
         return text
 

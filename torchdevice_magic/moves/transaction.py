@@ -148,6 +148,7 @@ def execute(
         bytes_moved=total,
         predicted_bytes=sum(budget.need.values()),
         still_held_bytes=still_held,
+        left_behind=list(plan.left_behind),
         _undo=record,
     )
 

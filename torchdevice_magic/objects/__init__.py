@@ -98,7 +98,7 @@ from .kinds import (
     kind_of,
     kind_of_type,
 )
-from .modules import ModuleParts, module_parts
+from .modules import LooseTensor, ModuleParts, module_parts, plain_tensor_attributes
 from .offload import Dispatch, accelerate_dispatch, sharded_reason
 from .optimizers import optimizer_params, optimizer_state_tensors
 from .putback import is_mutable, rebuilt, set_child
@@ -183,8 +183,10 @@ __all__ = [
     "is_fake",
     "instance_dict",
     "is_uninitialized",
+    "LooseTensor",
     "ModuleParts",
     "module_parts",
+    "plain_tensor_attributes",
     "Dispatch",
     "accelerate_dispatch",
     "sharded_reason",

@@ -179,3 +179,76 @@ def _module_parts_fast(
         submodules, list(unique_params.values()), list(unique_buffers.values()), [], [], [],
         edges, tensors, len(raw_params),
     )  # fmt: skip
+
+
+class LooseTensor(NamedTuple):
+    """A tensor a module holds as a plain attribute (``self.pe = pe`` where
+    ``self.register_buffer("pe", pe)`` was meant): ``module.to()`` leaves it where it is."""
+
+    name: str  # qualified, as ``module.get_submodule`` names the owner: ``pos.pe``
+    tensor: Any
+    owner: Any  # the submodule whose ``__dict__`` holds it
+    key: str
+
+
+_dict_of = attrgetter("__dict__")
+
+
+def plain_tensor_attributes(T: TorchTypes, module: Any, submodules: list[Any]) -> list[LooseTensor]:
+    """The tensors ``module`` and its ``submodules`` hold as plain instance attributes. Left
+    out: what a forward pre-hook makes again from registered tensors before every call
+    (``torch.nn.utils.prune``'s ``weight``, the old ``weight_norm``/``spectral_norm``): torch
+    keeps those as plain attributes on purpose. Types are compared, never ``isinstance`` on a
+    value (a proxy's ``__class__`` is user code)."""
+    tensor_type = T.Tensor
+    try:
+        dicts = list(map(_dict_of, submodules))
+        types = set(map(type, chain.from_iterable(map(dict.values, dicts))))
+    except Exception:
+        return []  # TorchScript, __slots__: nothing read
+    if not any(issubclass(tp, tensor_type) for tp in types):
+        return []
+    names = _qualified_names(module)
+    found: list[LooseTensor] = []
+    for sub, own in zip(submodules, dicts, strict=True):
+        remade = _remade_by_hooks(own)
+        prefix = names.get(id(sub), "")
+        for key, value in list(own.items()):
+            if issubclass(type(value), tensor_type) and key not in remade and type(key) is str:
+                found.append(LooseTensor(f"{prefix}.{key}" if prefix else key, value, sub, key))
+    return found
+
+
+def _qualified_names(module: Any) -> dict[int, str]:
+    """{id(submodule): its qualified name} through the ``_modules`` dicts (never a user's
+    ``named_modules`` override); the first name of a submodule held twice."""
+    names = {id(module): ""}
+    stack = [(module, "")]
+    while stack:
+        current, prefix = stack.pop()
+        children = getattr(current, "_modules", None)
+        if type(children) is not dict:
+            continue
+        for key, child in children.items():
+            if child is not None and id(child) not in names:
+                names[id(child)] = f"{prefix}{key}"
+                stack.append((child, f"{prefix}{key}."))
+    return names
+
+
+def _remade_by_hooks(own: dict[str, Any]) -> set[str]:
+    """Attribute names a forward pre-hook of this module computes again before each call."""
+    hooks = own.get("_forward_pre_hooks")
+    if not isinstance(hooks, dict):
+        return set()
+    remade: set[str] = set()
+    for hook in list(hooks.values()):
+        where = getattr(type(hook), "__module__", "")
+        if not (isinstance(where, str) and where.startswith("torch.")):
+            continue  # only torch's own hooks are known to remake their tensor
+        own_hook = instance_dict(hook) or {}
+        for attr in ("_tensor_name", "name"):
+            value = own_hook.get(attr)
+            if isinstance(value, str):
+                remade.add(value)
+    return remade

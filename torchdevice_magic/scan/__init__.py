@@ -12,7 +12,7 @@ Everything outside this package imports from here; the modules' private names st
 
 from .composites import AGGREGATE_ABOVE, CONTAINER_ELEMENT_CAP, MAX_CONTAINER_DEPTH
 from .facts import bytes_by_device
-from .inventory import Inventory, orphan_warning, register_drawing
+from .inventory import Inventory, orphan_warning, register_drawing, spans_warning
 from .scanner import Scanner, scan
 
 __all__ = [
@@ -25,4 +25,5 @@ __all__ = [
     "orphan_warning",
     "register_drawing",
     "scan",
+    "spans_warning",
 ]

@@ -41,13 +41,17 @@ from .shards import sharded_module_note
 # What one top-level name produced
 
 
+#: how a module's row and warning say to make a plain tensor attribute move with it
+LEFT_BEHIND_FIX = "register_buffer in its class makes it move with the module"
+
+
 class _Entry:
     """What one top-level name produced (records, storages), plus what it takes to know, next
     time, whether the name still holds the same thing."""
 
     __slots__ = (
         "object_id", "records", "_storages", "_pending", "signature", "ref", "volatile",
-        "record_keys", "tensor_ids", "structure", "kind",
+        "record_keys", "tensor_ids", "structure", "kind", "loose",
     )  # fmt: skip
 
     def __init__(
@@ -77,6 +81,8 @@ class _Entry:
         self.tensor_ids: tuple[int, ...] = ()
         # composites: the shape of what was walked (keys only), for objects.signature
         self.structure: objects.Spec | None = None
+        # a module's plain tensor attributes: (its owner, weakly; the key; the tensor's id)
+        self.loose: tuple[tuple[Any, str, int], ...] = ()
 
     @property
     def storages(self) -> Storages:
@@ -250,11 +256,13 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
         grads = list(compress(grads, map(is_not, grads, repeat(None))))
     grad_devices = _device_names_of(T, grads)
     may_be_dispatched = _may_be_dispatched(submodules)
+    loose = objects.plain_tensor_attributes(T, module, submodules)
+    loose_tensors = [found.tensor for found in loose]
     # per-record bytes count each storage once (tied weights, parameters sharing a storage)
     pending = None
     dispatch = None
     offload_note = ""
-    if not parts.extra and not may_be_dispatched:
+    if not parts.extra and not may_be_dispatched and not loose:
         every_device = param_devices + buffer_devices + grad_devices
         pending = _one_device_module(T, params, buffers, grads, every_device)
     if pending is not None:  # the usual model: one device; keyed only when asked
@@ -271,6 +279,8 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
         buffer_storages: Storages = {}
         _read_storages(T, params, param_devices, param_storages)
         _read_storages(T, buffers, buffer_devices, buffer_storages)
+        loose_devices = _device_names_of(T, loose_tensors)
+        _read_storages(T, loose_tensors, loose_devices, buffer_storages)
         for (_, tensor), key in zip(parts.extra, parts.extra_keys, strict=True):
             device = T.device_name(tensor.device)
             param_devices.append(device)
@@ -295,7 +305,8 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
         grad_bytes = bytes_by_device(grad_storages)
         storages.update(grad_storages)
     param_count = sum(map(T.Tensor.numel, params)) + sum(t.numel() for _, t in parts.extra)
-    device_set = set(param_devices) | set(buffer_devices)
+    loose_devices = _device_names_of(T, loose_tensors)
+    device_set = set(param_devices) | set(buffer_devices) | set(loose_devices)
     notes: list[str] = []
     movable, movable_reason = True, ""
     if dispatch is not None:
@@ -304,13 +315,18 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
     meta_params = "meta" in param_devices
     devices = tuple(sorted(device_set, key=device_sort_key))
     mixed = len(devices) > 1 and dispatch is None
-    if mixed and _scalar_cpu_buffers_apart(param_devices, buffers, buffer_devices):
+    if mixed and _scalar_cpu_buffers_apart(
+        param_devices, buffers + loose_tensors, buffer_devices + loose_devices
+    ):
         # AveragedModel's ``n_averaged``: a 0-dim cpu tensor mixes with tensors of any device
         # in torch's ops, so it never makes a device error and is no reason to warn
         mixed = False
         notes.append("its 0-dim buffers on the cpu mix with any device")
     if mixed:
         notes.insert(0, f"spans {', '.join(devices)}")
+        left = _left_behind_note(name, loose, loose_devices, param_devices)
+        if left:
+            notes.insert(1, left)
     if meta_params and dispatch is None:
         notes.append("meta parameters (no data)")
         movable, movable_reason = False, "meta parameters hold no data: use to_empty()"
@@ -354,8 +370,37 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
     entry = _Entry(id(module), [record], storages, signature, refs, True, Kind.MODULE)
     if pending is not None:
         entry._pending = [(pending[0], combined)]
-    entry.tensor_ids = tuple(map(id, chain(params, buffers)))
+    entry.tensor_ids = tuple(map(id, chain(params, buffers, loose_tensors)))
+    entry.loose = tuple((weakref.ref(found.owner), found.key, id(found.tensor)) for found in loose)
     return entry
+
+
+def _left_behind_note(
+    name: str, loose: list[objects.LooseTensor], devices: list[str], param_devices: list[str]
+) -> str:
+    """Names the plain tensor attributes away from the parameters, with why and the fix."""
+    home = set(param_devices)
+    away = [
+        (f"{name}.{found.name}", device)
+        for found, device in zip(loose, devices, strict=True)
+        if device not in home and not (device == "cpu" and found.tensor.dim() == 0)
+    ]
+    if not away:
+        return ""
+    shown = ", ".join(f"{where} on {device}" for where, device in away[:3])
+    more = f" and {len(away) - 3} more" if len(away) > 3 else ""
+    what = "is a plain tensor attribute" if len(away) == 1 else "are plain tensor attributes"
+    return f"{shown}{more} {what}, which .to() does not move: {LEFT_BEHIND_FIX}"
+
+
+def loose_unchanged(entry: _Entry) -> bool:
+    """Whether a module's plain tensor attributes are the tensors its entry was made from."""
+    for owner_ref, key, tensor_id in entry.loose:
+        owner = owner_ref()
+        own = objects.instance_dict(owner) if owner is not None else None
+        if own is None or id(own.get(key)) != tensor_id:
+            return False
+    return True
 
 
 def _place_offloaded(

@@ -23,6 +23,7 @@ from .entries import (
     _optimizer_entry,
     _optimizer_signature,
     _unreadable,
+    loose_unchanged,
 )
 from .facts import _plain_tensor_facts, _tensor_record, _TensorFacts
 
@@ -65,7 +66,11 @@ def _still_same(T: TorchTypes, entry: _Entry | _TensorFacts, value: Any) -> bool
         kind = entry.kind
         if kind == Kind.MODULE:
             submodules = _live_submodules(entry.ref)
-            return submodules is not None and _module_signature(T, submodules) == entry.signature
+            return (
+                submodules is not None
+                and _module_signature(T, submodules) == entry.signature
+                and loose_unchanged(entry)
+            )
         if kind == Kind.OPTIMIZER:
             return entry.ref() is value and _optimizer_signature(T, value) == entry.signature
         if entry.structure is not None:

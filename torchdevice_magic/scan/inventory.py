@@ -29,7 +29,7 @@ from ..units import collector_paused, device_sort_key
 from .book import _Book, _State
 from .columns import _BULK_RECORDS
 from .contents import _Contents
-from .entries import _entry_spans_devices
+from .entries import LEFT_BEHIND_FIX, _entry_spans_devices
 from .facts import bytes_by_device
 
 #: How an inventory is drawn, by kind: "text" (``repr``), "html" (``_repr_html_``), "json"
@@ -298,7 +298,7 @@ class Inventory(_Contents):
                 if record.kind == "optimizer":
                     warnings.append(f"{record.name}: {record.note}")
                 else:
-                    warnings.append(f"{record.name} spans {', '.join(record.devices)}")
+                    warnings.append(spans_warning(record))
         return warnings
 
     # -- exports -----------------------------------------------------------------------------
@@ -319,6 +319,15 @@ class Inventory(_Contents):
 
     def _repr_html_(self) -> str:
         return str(_drawing("html")(self))
+
+
+def spans_warning(record: Record, *, with_type: bool = False) -> str:
+    """ "model spans cpu, cuda:0", with the reason where the scan knows it (a plain tensor
+    attribute ``.to()`` left behind)."""
+    why = [part for part in record.note.split("; ") if LEFT_BEHIND_FIX in part]
+    reason = f" — {why[0]}" if why else ""
+    kind = f" ({record.type})" if with_type else ""
+    return f"{record.name}{kind} spans {', '.join(record.devices)}{reason}"
 
 
 def orphan_warning(name: str, unreachable: int, total: int) -> str:

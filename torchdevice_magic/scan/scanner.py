@@ -74,6 +74,7 @@ class Scanner:
         changed: Iterable[str] = (),
         recheck: bool = True,
         full: bool = False,
+        reinspect: Iterable[str] = (),
     ) -> Inventory:
         """Scan ``namespace``; incremental from the last scan unless ``full``.
 
@@ -86,6 +87,8 @@ class Scanner:
         passes the names a cell assigned, which catches a freed object's id reused by a new
         one), and modules / optimizers / grad-carrying tensors / containers and objects whose
         cheap signature moved are inspected again; the rest is reused as it was.
+        ``reinspect``: names inspected again whatever their signatures say (the hook passes
+        those whose attributes a cell set: ``model.mask = torch.ones(3)`` moves no signature).
         """
         previous = None if full else self.last
         T = TorchTypes.current()
@@ -94,7 +97,9 @@ class Scanner:
             self.last = inventory
             return inventory
         try:
-            inventory = self._scan(T, namespace, previous, include_hidden, changed, recheck)
+            inventory = self._scan(
+                T, namespace, previous, include_hidden, changed, recheck, reinspect
+            )
         finally:
             T.forget_types()  # hold no user class (nor what its attributes hold) between scans
         self.last = inventory
@@ -108,6 +113,7 @@ class Scanner:
         include_hidden: bool,
         changed: Iterable[str],
         recheck: bool,
+        reinspect: Iterable[str],
     ) -> Inventory:
         state = previous._state if previous is not None else None
         incremental = state is not None and state.keys and len(state.ids) == len(state.keys)
@@ -126,7 +132,7 @@ class Scanner:
             keys, values, namespace = list(snapshot), list(snapshot.values()), snapshot
             ids = list(map(id, values))
         if state is not None and incremental:
-            new_state = _rescan(T, namespace, keys, ids, state, changed, recheck)
+            new_state = _rescan(T, namespace, keys, ids, state, changed, recheck, reinspect)
             if _fold_due(new_state):  # many plain tensors made by cells: into the columns
                 new_state = _fold(T, new_state)
         else:
@@ -335,6 +341,7 @@ def _rescan(
     state: _State,
     changed: Iterable[str],
     recheck: bool = True,
+    reinspect: Iterable[str] = (),
 ) -> _State:
     entries = dict(state.entries)
     volatile = set(state.volatile)
@@ -384,6 +391,7 @@ def _rescan(
     forced = [
         n for n in changed if (n in entries and not _entry_volatile(entries[n])) or (n in position)
     ]
+    forced += [n for n in reinspect if n in entries]
     stale = list(dict.fromkeys(chain(stale, forced)))
     stale_set = set(stale)
     if recheck:

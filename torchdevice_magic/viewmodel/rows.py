@@ -305,8 +305,11 @@ def status_text(record: Any) -> str:
         parts.append("held by output history")
     if spans_devices(record):
         parts.append(f"spans {', '.join(record.devices)}")
-    if record.note and not record.note.startswith("spans "):
-        parts.append(in_words(record.note))
+    if record.note:
+        # the "spans ..." part is said above, only for what really spans
+        said = [part for part in record.note.split("; ") if not part.startswith("spans ")]
+        if said:
+            parts.append(in_words("; ".join(said)))
     if record.shares_with:
         others = ", ".join(record.shares_with[:3])
         more = f" +{len(record.shares_with) - 3}" if len(record.shares_with) > 3 else ""
