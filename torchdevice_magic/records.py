@@ -54,6 +54,9 @@ class Record:
     param_count: int = 0
     param_bytes: dict[str, int] = field(default_factory=dict)
     buffer_bytes: dict[str, int] = field(default_factory=dict)
+    #: its plain tensor attributes (``self.pe = pe``, not a buffer) not also parameters or
+    #: buffers: in ``bytes_by_device``, but not what ``module.to()`` moves
+    plain_bytes: dict[str, int] = field(default_factory=dict)
     grad_bytes_by_device: dict[str, int] = field(default_factory=dict)
     # optimizers
     state_bytes: dict[str, int] = field(default_factory=dict)

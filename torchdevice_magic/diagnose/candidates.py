@@ -161,12 +161,20 @@ def _tensor_facts(r: Any, obj: Any) -> CandidateFacts | None:
 
 def _module_facts(r: Any, obj: Any) -> CandidateFacts | None:
     by_device = needed_by_device(r)
+    # its plain tensor attributes are candidates of their own (the frames name them, with
+    # the register_buffer fix): the module is where its parameters and buffers are
+    held = {*r.param_bytes, *r.buffer_bytes}
+    for device, nbytes in dict(r.plain_bytes).items():
+        if device in held:
+            by_device[device] = max(by_device.get(device, 0) - int(nbytes), 0)
+        else:
+            by_device.pop(device, None)
     return CandidateFacts(
         kind=r.type,
         category="module",
         by_device=by_device,
         actual=r.data_bytes(),  # the figure the table shows: gradients apart
-        meta_params="meta" in r.devices,
+        meta_params="meta" in by_device,
         anchor=dict(by_device),
     )
 

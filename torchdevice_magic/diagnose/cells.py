@@ -289,6 +289,16 @@ class Cell:
         return frozenset(out)
 
     # -- lines ----------------------------------------------------------------------------------
+    def top_statement(self, lineno: int | None) -> int | None:
+        """The index of the cell's top-level statement that holds line ``lineno`` (the cell
+        runs them in order: a failure in one means no later one ran)."""
+        if self.tree is None or lineno is None:
+            return None
+        for index, stmt in enumerate(self.tree.body):
+            if stmt.lineno <= lineno <= (stmt.end_lineno or stmt.lineno):
+                return index
+        return None
+
     def statement_at(self, lineno: int | None) -> ast.stmt | None:
         """The innermost simple statement covering ``lineno`` (1-based, in :attr:`code`)."""
         if self.tree is None or not lineno:

@@ -161,12 +161,13 @@ def collect_candidates(
     namespace: Mapping[str, Any] | None,
     cell: Cell,
     torch: Any,
+    lineno: int | None = None,
 ) -> list[Candidate]:
     """Every candidate of an error, each named as the user can write it, parts of another
-    candidate dropped."""
+    candidate dropped. ``lineno``: the cell's failing line, where known."""
     collector = Collector(torch)
     if cell.tree is not None and namespace is not None:
-        _add_cell_reads(collector, namespace, cell, torch)
+        _add_cell_reads(collector, namespace, cell, torch, lineno)
     _add_frame_locals(collector, err, chain, torch)
     _add_library_frames(collector, err, chain, torch)
     cands = collector.candidates()
@@ -181,12 +182,20 @@ def collect_candidates(
 
 
 def _add_cell_reads(
-    collector: Collector, namespace: Mapping[str, Any], cell: Cell, torch: Any
+    collector: Collector,
+    namespace: Mapping[str, Any],
+    cell: Cell,
+    torch: Any,
+    lineno: int | None,
 ) -> None:
-    """What the cell reads, looked up in the namespace."""
+    """What the cell reads, looked up in the namespace; not what only statements after the
+    failing one read (``opt.step()`` after a forward that failed never ran)."""
     loop_vars = cell.loop_vars
     moved_only = cell.moved_only(namespace)
-    for chain_name, _, _ in cell.reads:
+    failing = cell.top_statement(lineno)
+    for chain_name, first_line, _ in cell.reads:
+        if failing is not None and (cell.top_statement(first_line) or 0) > failing:
+            continue
         try:
             ok, obj = resolve_chain(namespace, chain_name, torch)
             if ok and chain_name in moved_only and _moves_without_error(obj, torch):

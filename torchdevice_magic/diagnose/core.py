@@ -184,7 +184,7 @@ def _gather(
         torch=torch,
     )
     if torch is not None:
-        case.candidates = collect_candidates(err, chain, namespace, cell, torch)
+        case.candidates = collect_candidates(err, chain, namespace, cell, torch, run.lineno)
         if namespace is not None:
             unloaded: list[Candidate] = []
             for c in case.candidates:

@@ -270,6 +270,7 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
         param_bytes = {device: sum(param_sizes.values())} if param_sizes else {}
         buffer_bytes = {device: sum(buffer_sizes.values())} if buffer_sizes else {}
         grad_bytes = {device: sum(grad_sizes.values())} if grad_sizes else {}
+        plain_bytes = {}
         combined = {**param_sizes, **buffer_sizes, **grad_sizes}
         needed = sum(combined.values())
         storages: Storages = {}
@@ -279,8 +280,8 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
         buffer_storages: Storages = {}
         _read_storages(T, params, param_devices, param_storages)
         _read_storages(T, buffers, buffer_devices, buffer_storages)
-        loose_devices = _device_names_of(T, loose_tensors)
-        _read_storages(T, loose_tensors, loose_devices, buffer_storages)
+        plain_storages: Storages = {}
+        _read_storages(T, loose_tensors, _device_names_of(T, loose_tensors), plain_storages)
         for (_, tensor), key in zip(parts.extra, parts.extra_keys, strict=True):
             device = T.device_name(tensor.device)
             param_devices.append(device)
@@ -297,9 +298,12 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
             buffer_devices = [device for device, _ in buffer_storages.values()]
         for key in param_storages:
             buffer_storages.pop(key, None)
+        for key in chain(param_storages, buffer_storages):
+            plain_storages.pop(key, None)
         param_bytes = bytes_by_device(param_storages)
         buffer_bytes = bytes_by_device(buffer_storages)
-        storages = {**param_storages, **buffer_storages}
+        plain_bytes = bytes_by_device(plain_storages)
+        storages = {**param_storages, **buffer_storages, **plain_storages}
         grad_storages: Storages = {}
         _read_storages(T, grads, grad_devices, grad_storages)
         grad_bytes = bytes_by_device(grad_storages)
@@ -364,6 +368,7 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
         param_count=param_count,
         param_bytes=param_bytes,
         buffer_bytes=buffer_bytes,
+        plain_bytes=plain_bytes,
         grad_bytes_by_device=grad_bytes,
     )
     refs = list(map(weakref.ref, submodules))
