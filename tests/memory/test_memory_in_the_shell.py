@@ -297,3 +297,26 @@ def test_a_device_error_traceback_kept_for_debug_is_a_holder_after_later_cells(i
     assert holder.release() >= holder.bytes
     assert ip.user_ns["refs"][0]() is None  # the batch is freed
     assert all(h.kind != "traceback" for h in session.app.holders())
+
+
+def test_what_grew_tells_each_new_storage_once_and_a_second_name_as_nothing(ip):
+    """The "grew / shrank" column adds up to the device's change: a second name for a held
+    tensor (a loop variable left on the last batch, ``b = a``) grows nothing, deleting one of
+    two names shrinks nothing, and a tensor bound to two names in one cell is told once."""
+    cells = [
+        ("import torch\ndata = [torch.zeros(1000) for _ in range(3)]", None),
+        ("for x in data:\n    pass", {}),
+        ("a = torch.zeros(100)\nb = a", {"a": 400}),
+        ("del a", {}),
+        ("del b", {"b": -400}),
+        ("xs = [torch.ones(10)]\nxs.append(torch.ones(5))", {"xs": 60}),
+    ]
+    for cell, grew in cells:
+        result, _, _ = run(ip, cell)
+        assert result.success, cell
+        if grew is None:
+            continue
+        rows = [r for r in timeline_of(ip).rows if r.cell == result.execution_count]
+        told = {name: nbytes for r in rows for name, nbytes in r.changes}
+        assert told == grew, (cell, rows)
+        assert sum(told.values()) == sum(r.delta for r in rows), cell

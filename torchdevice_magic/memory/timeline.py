@@ -125,6 +125,10 @@ class Timeline:
         self._named: Keys = {}
         self._counts: dict[StorageKey, int] | None = None
         self._named_totals: dict[str, int] = {}
+        # the storages no name held before the last cell, and those no name holds after it:
+        # what a name's growth is made of (a second name for a held tensor grows nothing)
+        self._arrived: set[StorageKey] = set()
+        self._gone: set[StorageKey] = set()
 
     # -- recording ------------------------------------------------------------------------
     def record(
@@ -228,15 +232,18 @@ class Timeline:
             # whole namespace column-wise beats updating it name by name
             or len(changed) > RECOUNT_ABOVE
         ):
+            before = self._named
             if not hasattr(inventory, "storages_of"):
                 self._named, self._counts = inventory.storages(), None
-                self._named_totals = _by_device(self._named)
-                return self._named
-            named, counts = inventory.named_storages()
-            self._named, self._counts = named, counts
-            self._named_totals = _by_device(named)
-            return named
+            else:
+                self._named, self._counts = inventory.named_storages()
+            self._named_totals = _by_device(self._named)
+            self._arrived = set(self._named.keys() - before.keys())
+            self._gone = set(before.keys() - self._named.keys())
+            return self._named
         named, totals = self._named, self._named_totals
+        arrived: set[StorageKey] = set()
+        gone: set[StorageKey] = set()
         for name in changed:
             for key in previous.storages_of(name):
                 left = counts.get(key, 0) - 1
@@ -245,6 +252,7 @@ class Timeline:
                 elif key in named:
                     del counts[key]
                     device, nbytes = named.pop(key)
+                    gone.add(key)
                     if device != "meta":
                         totals[device] -= nbytes
             for key, value in inventory.storages_of(name).items():
@@ -252,8 +260,11 @@ class Timeline:
                 counts[key] = held + 1
                 if not held:
                     named[key] = value
+                    arrived.add(key)
                     if value[0] != "meta":
                         totals[value[0]] = totals.get(value[0], 0) + value[1]
+        # a storage that left one name and came under another in the same cell did neither
+        self._arrived, self._gone = arrived - gone, gone - arrived
         return named
 
     def _module_ids_changed(self, namespace: Any, names: list[str], first: bool) -> bool:
@@ -292,12 +303,20 @@ class Timeline:
             return [], {}
         changes: list[tuple[str, str, int]] = []
         notes: dict[str, str] = {}
+        # a storage that came or went is told once, under the first name the cell mentions
+        arrived, gone = set(self._arrived), set(self._gone)
         for name in names:
             if changed is not None and name not in changed:
                 continue
             old_keys = _root_keys(previous, name)
             new_keys = _root_keys(inventory, name)
-            old, new = _by_device(old_keys), _by_device(new_keys)
+            # what the name gained that no name held before, lost that no name holds now
+            came = arrived.intersection(new_keys)
+            went = gone.intersection(old_keys)
+            arrived -= came
+            gone -= went
+            old = _by_device({k: v for k, v in old_keys.items() if k in new_keys or k in went})
+            new = _by_device({k: v for k, v in new_keys.items() if k in old_keys or k in came})
             for dev in set(old) | set(new):
                 delta = new.get(dev, 0) - old.get(dev, 0)
                 if delta:
