@@ -354,6 +354,10 @@ def test_06_real_reports(run_notebook):
     assert re.search(rf"model \(LitModel, [\d.]+ \w*B\) is on {device}", diagnosis), diagnosis
     fix = 'Fix (in LitModel.__init__): self.register_buffer("scale", torch.linspace(0.5, 2.0, 4))'
     assert fix in diagnosis, diagnosis
+    # the table says it without a forward: model spans two devices, the row names the attribute
+    table = "\n".join(widget_lines(nb, cell(nb, "scale-table")))
+    left = rf"model spans cpu, {device}(:0)? — model\.scale on cpu is a plain tensor attribute"
+    assert re.search(left, table), table
     assert (
         'self.register_buffer("scale", torch.linspace(0.5, 2.0, 4))' in cell(nb, "scale-fix").source
     )

@@ -412,3 +412,9 @@ def test_a_moved_module_says_which_plain_tensor_attributes_it_left(target: str) 
         "; left net.lin.mask on cpu: a plain tensor attribute, which .to() does not move "
         "(register_buffer in its class makes it move with the module)"
     )
+    # moved again (the row of a module that spans devices offers it): nothing moves, and the
+    # summary says why the module still spans two devices
+    again = move(namespace, target, names=["net"])
+    assert not again.moved and again.left_behind == ["net.lin.mask on cpu"]
+    assert "skipped net (already on" in again.summary()
+    assert again.summary().endswith("(register_buffer in its class makes it move with the module)")

@@ -173,7 +173,8 @@ def _module_facts(r: Any, obj: Any) -> CandidateFacts | None:
         kind=r.type,
         category="module",
         by_device=by_device,
-        actual=r.data_bytes(),  # the figure the table shows: gradients apart
+        # the figure the table shows (gradients apart), less its plain tensor attributes
+        actual=max(r.data_bytes() - sum(r.plain_bytes.values()), 0),
         meta_params="meta" in by_device,
         anchor=dict(by_device),
     )

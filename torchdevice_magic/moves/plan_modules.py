@@ -204,6 +204,8 @@ def add_module(
             f"{name} holds dynamic-quantized layers: their packed weights live in C++ "
             "objects that only run on the cpu; quantize the float model again after moving it"
         )
+    if dest is not None:
+        plan.left_behind += _left_behind(plan, name, m, dest)
     if not pending:
         if listed:
             plan.skipped.append((name, _nothing_to_move(plan, devices, dest)))
@@ -227,8 +229,6 @@ def add_module(
         module_layout(m),
         listed,
     )
-    if dest is not None:
-        plan.left_behind += _left_behind(plan, name, m, dest)
     if id(m) not in plan.module_ids:  # else a submodule of a module moved in this call
         job = ModuleJob(name, m, dest, dest_of)
         record_module(plan, job, m)

@@ -95,7 +95,7 @@ class MoveResult:
             return one_line(f"Nothing was moved: {self.failed}")
         skipped = _skipped_text(self.skipped)
         if not self.moved:
-            return f"Nothing to move to {self.device}{skipped}"
+            return f"Nothing to move to {self.device}{skipped}{self._left_behind_text()}"
         n = len(self.moved)
         text = (
             f"Moved {n} object{'s' if n != 1 else ''} ({format_bytes(self.bytes_moved)}) "
@@ -107,17 +107,20 @@ class MoveResult:
                 f"; {held} still held on the old device by other references "
                 "(%devices --holders names them)"
             )
-        if self.left_behind:
-            shown = ", ".join(self.left_behind[:3])
-            more = f" and {len(self.left_behind) - 3} more" if len(self.left_behind) > 3 else ""
-            one = len(self.left_behind) == 1
-            what = "a plain tensor attribute" if one else "plain tensor attributes"
-            it, its = ("it", "its") if one else ("them", "their")
-            text += (
-                f"; left {shown}{more}: {what}, which .to() does not move "
-                f"(register_buffer in {its} class makes {it} move with the module)"
-            )
-        return text
+        return text + self._left_behind_text()
+
+    def _left_behind_text(self) -> str:
+        if not self.left_behind:
+            return ""
+        shown = ", ".join(self.left_behind[:3])
+        more = f" and {len(self.left_behind) - 3} more" if len(self.left_behind) > 3 else ""
+        one = len(self.left_behind) == 1
+        what = "a plain tensor attribute" if one else "plain tensor attributes"
+        it, its = ("it", "its") if one else ("them", "their")
+        return (
+            f"; left {shown}{more}: {what}, which .to() does not move "
+            f"(register_buffer in {its} class makes {it} move with the module)"
+        )
 
     def undo(self, *, progress: ProgressCallback | None = None) -> MoveResult:
         """Move everything this move moved back where it was, each object to its own device(s).
