@@ -168,6 +168,9 @@ def test_generated_fixtures_cover_what_the_sidebar_must_show(monkeypatch):
     assert any(t["device"] == "cuda" and not t["enabled"] for t in basic["header"]["targets"])
     mixed = build("view_mixed", monkeypatch)
     assert mixed["header"]["warnings"] == ["model spans cpu, meta"]
+    # a row that spans devices keeps its other notes (they were dropped with "spans")
+    (model,) = [row for row in mixed["window"]["rows"] if row["name"] == "model"]
+    assert model["status"] == "spans cpu, meta; meta parameters (no data)"
     assert {bar["device"] for bar in mixed["header"]["bars"]} == {"cpu", "meta"}
     assert mixed["header"]["device_notes"] == list(DEVICE_NOTES)
 
