@@ -416,5 +416,5 @@ def test_a_moved_module_says_which_plain_tensor_attributes_it_left(target: str) 
     # summary says why the module still spans two devices
     again = move(namespace, target, names=["net"])
     assert not again.moved and again.left_behind == ["net.lin.mask on cpu"]
-    assert "skipped net (already on" in again.summary()
+    assert "skipped net (its parameters and buffers already on" in again.summary()
     assert again.summary().endswith("(register_buffer in its class makes it move with the module)")

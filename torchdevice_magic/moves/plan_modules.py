@@ -204,11 +204,11 @@ def add_module(
             f"{name} holds dynamic-quantized layers: their packed weights live in C++ "
             "objects that only run on the cpu; quantize the float model again after moving it"
         )
-    if dest is not None:
-        plan.left_behind += _left_behind(plan, name, m, dest)
+    left = _left_behind(plan, name, m, dest) if dest is not None else []
+    plan.left_behind += left
     if not pending:
         if listed:
-            plan.skipped.append((name, _nothing_to_move(plan, devices, dest)))
+            plan.skipped.append((name, _nothing_to_move(plan, devices, dest, bool(left))))
         return None
     wants = {dest} if dest_of is None else set(dest_of.values())
     if any(not in_place_ok(a, b) for a in devices for b in wants if a != b):
@@ -252,13 +252,16 @@ def _left_behind(plan: Plan, name: str, m: Any, dest: Any) -> list[str]:
     ]
 
 
-def _nothing_to_move(plan: Plan, devices: set[Any], dest: Any) -> str:
+def _nothing_to_move(plan: Plan, devices: set[Any], dest: Any, left_behind: bool = False) -> str:
     """Why a module with nothing to move is skipped, in words that are true: a module
     with no parameters or buffers (dynamic-quantized layers keep packed weights in C++
-    objects) is not "already on" anything."""
+    objects) is not "already on" anything, nor is one whose plain tensor attributes are
+    elsewhere."""
     if not devices:
         return "has no parameters or buffers to move"
     where = plan.device_label(dest) if dest is not None else "its original devices"
+    if left_behind:
+        return f"its parameters and buffers already on {where}"
     return f"already on {where}"
 
 
