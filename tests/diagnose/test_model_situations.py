@@ -437,3 +437,32 @@ def test_a_batch_the_cell_moves_is_not_a_culprit(ip, shown, simulated_device) ->
     assert [line.source for line in d.fix_lines] == [f'model.to("{dev}")']
     apply_cell_fixes(ip, d)
     assert_succeeds(ip, "out = model(x.to(DEV))")
+
+
+@pytest.mark.simulated
+def test_a_trainable_leaf_an_optimizer_updates_keeps_its_object(ip, shown, simulated_device) -> None:
+    """Linear regression by hand, ``w`` and ``b`` leaves an optimizer updates: the fix swaps
+    the moved data into the same objects (``w = w.detach().to(...)`` would leave Adam training
+    the old ``w`` on the cpu, silently), and the cell then trains the tensors the names hold."""
+    dev = simulated_device
+    setup(
+        ip,
+        """
+        import torch
+        w = torch.randn(3, 1, requires_grad=True); b = torch.zeros(1, requires_grad=True)
+        opt = torch.optim.Adam([w, b], lr=0.1)
+        x = torch.randn(8, 3, device=DEV); y = torch.randn(8, 1, device=DEV)
+        """,
+        dev,
+    )
+    cell = "opt.zero_grad()\nloss = ((x @ w + b - y) ** 2).mean()\nloss.backward()\nopt.step()"
+    d = failing(ip, cell)
+    sources = [line.source for line in d.fix_lines]
+    assert f'torch.utils.swap_tensors(w, w.detach().to("{dev}").requires_grad_())' in sources
+    assert "rebuild any optimizer" not in shown[-1]
+    before = ip.user_ns["w"]
+    apply_cell_fixes(ip, d)
+    assert_succeeds(ip, cell)
+    w, opt = ip.user_ns["w"], ip.user_ns["opt"]
+    assert w is before and opt.param_groups[0]["params"][0] is w
+    assert str(w.device) == dev and w.is_leaf and w.grad is not None

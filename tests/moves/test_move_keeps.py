@@ -418,3 +418,52 @@ def test_a_moved_module_says_which_plain_tensor_attributes_it_left(target: str) 
     assert not again.moved and again.left_behind == ["net.lin.mask on cpu"]
     assert "skipped net (its parameters and buffers already on" in again.summary()
     assert again.summary().endswith("(register_buffer in its class makes it move with the module)")
+
+
+def _regression_by_hand() -> dict[str, object]:
+    """Linear regression the tutorial way: trainable leaf tensors and an optimizer on them."""
+    torch.manual_seed(0)
+    w = torch.randn(3, 1, requires_grad=True)
+    b = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.Adam([w, b], lr=0.1)
+    x, y = torch.randn(8, 3), torch.randn(8, 1)
+    ((x @ w + b - y) ** 2).mean().backward()
+    opt.step()
+    return {"w": w, "b": b, "opt": opt, "x": x, "y": y, "params": [w, b]}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_trainable_leaves_an_optimizer_updates_move_in_place(target: str) -> None:
+    """A copy of ``w`` bound to the name would leave the optimizer updating the old tensor
+    (training then silently changes nothing): the leaves move in place like Parameters, stay
+    plain tensors and leaves, and the optimizer's state follows them."""
+    namespace = _regression_by_hand()
+    w, b, opt = namespace["w"], namespace["b"], namespace["opt"]
+    result = move(namespace, target)
+    assert result.ok, result.failed
+    assert namespace["w"] is w and namespace["b"] is b and namespace["params"][0] is w
+    assert opt.param_groups[0]["params"] == [w, b]
+    kind = torch.device(target).type
+    assert w.device.type == kind and w.grad is not None and w.grad.device.type == kind
+    assert type(w) is torch.Tensor and not isinstance(w, nn.Parameter)
+    assert w.is_leaf and w.requires_grad
+    assert {s["exp_avg"].device.type for s in opt.state.values()} == {kind}
+
+
+@pytest.mark.simulated
+def test_training_after_moving_trainable_leaves_updates_them(simulated_device: str) -> None:
+    namespace = _regression_by_hand()
+    w, opt = namespace["w"], namespace["opt"]
+    result = move(namespace, simulated_device)
+    assert result.ok, result.failed
+    assert not isinstance(w, nn.Parameter) and w.is_leaf
+    x, y, b = namespace["x"], namespace["y"], namespace["b"]
+    before = w.detach().cpu().clone()
+    opt.zero_grad()
+    ((x @ w + b - y) ** 2).mean().backward()
+    opt.step()  # the optimizer updates the very tensor the name holds
+    assert not torch.equal(w.detach().cpu(), before)
+    back = result.undo()
+    assert back.ok, back.failed
+    assert namespace["w"] is w and w.device.type == "cpu" and type(w) is torch.Tensor
+    assert {s["exp_avg"].device.type for s in opt.state.values()} == {"cpu"}

@@ -39,6 +39,8 @@ class CandidateFacts:
     actual: int
     dtype: str | None = None
     trainable_leaf: bool = False
+    #: a trainable leaf an optimizer bound to a name updates: it must keep its identity
+    optimized: bool = False
     is_parameter: bool = False
     container: str | None = None  # "list" | "tuple" | "dict"
     all_tensors: bool = True
@@ -367,6 +369,25 @@ class Collector:
                 )
             )
         return out
+
+
+def mark_optimized(candidates: list[Candidate], namespace: Any, torch: Any) -> None:
+    """Mark the trainable leaves an optimizer bound to a name updates (their fix must keep
+    the object: ``w = w.to(dev)`` would leave the optimizer training the old ``w``)."""
+    leaves = [c for c in candidates if c.info.trainable_leaf]
+    if not leaves:
+        return
+    optimized: set[int] = set()
+    try:
+        for value in list(namespace.values()):
+            if isinstance(value, torch.optim.Optimizer):
+                for group in value.param_groups:
+                    optimized.update(map(id, group.get("params", ())))
+    except Exception:
+        return  # a namespace that cannot be read: the plain fix and its note
+    for c in leaves:
+        if c.obj_id in optimized:
+            c.info.optimized = True
 
 
 def on_target(devices: tuple[str, ...], target: str) -> bool:

@@ -30,6 +30,7 @@ from .candidates import (
     Candidate,
     expression_candidates,
     loaded_torch,
+    mark_optimized,
     normalize_target,
     on_target,
     quote_device,
@@ -195,6 +196,7 @@ def _gather(
                         name = c.alias or c.name
                         unloaded += unloaded_meta_buffers(name, obj, torch, c.order)
             case.candidates[:0] = unloaded  # the culprits: listed first
+            mark_optimized(case.candidates, namespace, torch)
     case.lineno = run.lineno
     case.relevant = _involved(case)
     return case

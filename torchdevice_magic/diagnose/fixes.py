@@ -87,8 +87,14 @@ def move_statement(c: Candidate, target: str | None, dtype: str | None = None) -
         # ``w.to()`` on a trainable leaf returns a non-leaf copy whose ``.grad`` stays None;
         # keep it a leaf (and a Parameter if it was one).
         if info.is_parameter:
-            return f"{name} = torch.nn.Parameter({name}.detach().to({to_args}))"
-        return f"{name} = {name}.detach().to({to_args}).requires_grad_()"
+            moved = f"torch.nn.Parameter({name}.detach().to({to_args}))"
+        else:
+            moved = f"{name}.detach().to({to_args}).requires_grad_()"
+        if info.optimized:
+            # an optimizer updates this very object: a new one bound to the name would leave
+            # it training the old tensor; swapping keeps the object (works across devices)
+            return f"torch.utils.swap_tensors({name}, {moved})"
+        return f"{name} = {moved}"
     return f"{name} = {name}.to({to_args})"
 
 
@@ -437,7 +443,7 @@ def add_notes(
             "optimizer.load_state_dict() puts the state on the parameters' device at the time "
             "of loading, so load it after model.to(device) (or move the state as above)."
         )
-    if any(c.info.trainable_leaf and c in movers for c in relevant):
+    if any(c.info.trainable_leaf and not c.info.optimized and c in movers for c in relevant):
         draft.notes.append(
             "a trainable leaf tensor gets a new object when moved: rebuild any optimizer that "
             "holds the old one."

@@ -138,16 +138,36 @@ def inner_of(t: Any) -> Any:
 class ParamRecord:
     """What a Parameter held before the move: enough to put it back exactly."""
 
-    __slots__ = ("param", "data", "cls", "requires_grad", "grad", "grad_data")
+    __slots__ = ("param", "data", "cls", "requires_grad", "grad", "grad_data", "plain")
 
     def __init__(self, param: Any) -> None:
+        import torch
+
         self.param = param
+        #: a plain tensor an optimizer updates, moved in place like a Parameter (a device
+        #: subclass's Parameter is its class with ``_is_param``: isinstance reads that)
+        self.plain = not isinstance(param, torch.nn.Parameter)
         self.data = param.data  # a plain alias of the old storage: keeps it alive until commit
         self.cls = type(param)
         self.requires_grad = param.requires_grad
         grad = param.grad
         self.grad = grad
         self.grad_data = grad.data if grad is not None else None
+
+    def keep_its_kind(self) -> None:
+        """A plain tensor moved as a Parameter (an optimizer's trainable leaf) stays a plain
+        tensor: swapping made it a ``Parameter``, or marked a device subclass ``_is_param``."""
+        import torch
+
+        if not self.plain:
+            return
+        p = self.param
+        swapped_in = type(p) is torch.nn.Parameter  # (a flag: mypy narrows on the test)
+        if swapped_in:
+            p.__class__ = torch.Tensor
+        own = getattr(p, "__dict__", None)
+        if isinstance(own, dict):
+            own.pop("_is_param", None)
 
     def restore(self) -> None:
         import torch
@@ -265,6 +285,8 @@ class ModuleJob:
         finally:
             if swap:
                 future.set_swap_module_params_on_conversion(False)
+            for record in self.params:
+                record.keep_its_kind()
         for sub, params, _buffers in self.subs:
             for key, p in params:
                 if table_entry(sub._parameters, key) is not p:
@@ -375,6 +397,25 @@ class Plan:
         #: (names, tensors); the common case (thousands of tensors) is checked in bulk
         self.bulk_queue: dict[Any, tuple[list[str], list[Any]]] = {}
         self.bulk: list[BulkTensors] = []
+        self._optimized: set[int] | None = None
+
+    def trained_in_place(self, t: Any) -> bool:
+        """Whether ``t`` is a plain trainable leaf an optimizer bound to a name updates
+        (``w = torch.randn(3, requires_grad=True); opt = SGD([w])``): it moves in place like
+        a Parameter, since a copy would leave the optimizer updating the old tensor."""
+        return id(t) in self.optimized_ids() and bool(t.is_leaf) and bool(t.requires_grad)
+
+    def optimized_ids(self) -> set[int]:
+        """Ids of the tensors the optimizers bound to names update (found once per plan)."""
+        if self._optimized is None:
+            optim = self.types[2]
+            found: set[int] = set()
+            for value in list(self.ns.values()):
+                if isinstance(value, optim):
+                    for group in value.param_groups:
+                        found.update(map(id, group.get("params", ())))
+            self._optimized = found
+        return self._optimized
 
     def device_label(self, dev: Any) -> str:
         """``str(dev)``, made once per device (the bulk path labels thousands of tensors)."""

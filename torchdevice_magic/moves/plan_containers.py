@@ -154,7 +154,11 @@ def add_container(plan: Plan, name: str, obj: Any, dest: Any, layout: Any) -> No
             plan.skipped.append((name, f"already on {where}"))
         return
     for r, want in planned:
-        if r.kind == Kind.PARAMETER or is_parameter(plan.torch, r.value):
+        if (
+            r.kind == Kind.PARAMETER
+            or is_parameter(plan.torch, r.value)
+            or plan.trained_in_place(r.value)
+        ):
             move_param_in_place(plan, r.label, r.value, want)
         else:
             plan.add_plain(r.value, name, want)

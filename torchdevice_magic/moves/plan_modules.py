@@ -148,8 +148,9 @@ def add_parameter(plan: Plan, name: str, p: Any, dest: Any) -> None:
 
 
 def move_param_in_place(plan: Plan, name: str, p: Any, dest: Any) -> None:
-    """A Parameter outside any module moved in this call: move it in place, through a
-    holder module so it goes through exactly what ``module.to`` does."""
+    """A Parameter outside any module moved in this call (or a plain trainable leaf an
+    optimizer updates): move it in place, through a holder module so it goes through exactly
+    what ``module.to`` does."""
     if id(p) in plan.param_dest:  # moves with its module, or was named twice
         return
     holder = plan.torch.nn.Module()

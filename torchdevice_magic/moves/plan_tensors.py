@@ -14,6 +14,7 @@ from typing import Any
 from .. import objects
 from .jobs import BulkTensors, Plan, PlannedItem, PutBack, Refused, storage_of
 from .places import NAMESPACE
+from .plan_modules import move_param_in_place
 
 _DEVICE = attrgetter("device")
 _IS_CPU = attrgetter("is_cpu")
@@ -33,9 +34,14 @@ def add_tensor(plan: Plan, name: str, t: Any, dest: Any) -> None:
         return
     if dev.type == "meta":
         plan.check_meta_source(name, dev, dest, "this tensor")
+    to = plan.device_label(dest)
+    if plan.trained_in_place(t):  # the optimizer keeps updating this very tensor
+        move_param_in_place(plan, name, t, dest)
+        snb = storage_of(t)[1]
+        plan.items.append(PlannedItem(name, "tensor", t, (plan.device_label(dev),), snb, to, dev))
+        return
     snb = plan.add_plain(t, name, dest)
     plan.put_backs.append(PutBack(plan.ns, NAMESPACE, name, t))
-    to = plan.device_label(dest)
     plan.items.append(PlannedItem(name, "tensor", t, (plan.device_label(dev),), snb, to, dev))
 
 

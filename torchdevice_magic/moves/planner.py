@@ -96,9 +96,16 @@ def _movable(plan: Plan, namespace: MutableMapping[str, Any], dest: Any) -> list
     if odd:
         hidden = {n for n in odd if is_ipython_bookkeeping(n)}
         bulk_names = [n for n in bulk_names if n not in hidden]
-    if bulk_names:
-        plan.bulk_queue[dest] = (bulk_names, list(map(namespace.__getitem__, bulk_names)))
     selected: list[tuple[str, Any]] = []
+    if bulk_names:
+        tensors = list(map(namespace.__getitem__, bulk_names))
+        trained = plan.optimized_ids()
+        if not trained.isdisjoint(map(id, tensors)):  # an optimizer's plain trainable leaves
+            keep = [id(t) not in trained for t in tensors]
+            selected += [(n, t) for n, t, k in zip(bulk_names, tensors, keep, strict=True) if not k]
+            bulk_names = [n for n, k in zip(bulk_names, keep, strict=True) if k]
+            tensors = [t for t, k in zip(tensors, keep, strict=True) if k]
+        plan.bulk_queue[dest] = (bulk_names, tensors)
     for name, value in [(n, v) for n, v in items if type(v) is not tensor_type]:
         if not isinstance(name, str) or is_ipython_bookkeeping(name):
             continue
@@ -122,7 +129,7 @@ def plan_move(namespace: MutableMapping[str, Any], dest: Any, names: Iterable[st
             add(plan, name, value, dest)
     for name, value in selected:
         tp = type(value)
-        if tp is tensor_type:
+        if tp is tensor_type and not plan.trained_in_place(value):
             queue_bulk(plan, name, value, dest)
         elif not issubclass(tp, (module_type, optim_type)):
             add(plan, name, value, dest)
