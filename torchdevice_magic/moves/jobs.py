@@ -23,6 +23,7 @@ The planners (``plan_*.py``) fill it, one kind of object each; :mod:`.planner` p
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, MutableMapping
+from itertools import compress, repeat
 from typing import Any, NamedTuple, Protocol
 
 from .. import objects
@@ -408,12 +409,13 @@ class Plan:
     def optimized_ids(self) -> set[int]:
         """Ids of the tensors the optimizers bound to names update (found once per plan)."""
         if self._optimized is None:
-            optim = self.types[2]
+            values = list(self.ns.values())
+            # (C-level passes: a namespace of 100,000 tensors holds a handful of optimizers)
+            optimizers = compress(values, map(isinstance, values, repeat(self.types[2])))
             found: set[int] = set()
-            for value in list(self.ns.values()):
-                if isinstance(value, optim):
-                    for group in value.param_groups:
-                        found.update(map(id, group.get("params", ())))
+            for optimizer in optimizers:
+                for group in optimizer.param_groups:
+                    found.update(map(id, group.get("params", ())))
             self._optimized = found
         return self._optimized
 
