@@ -440,7 +440,9 @@ def test_a_batch_the_cell_moves_is_not_a_culprit(ip, shown, simulated_device) ->
 
 
 @pytest.mark.simulated
-def test_a_trainable_leaf_an_optimizer_updates_keeps_its_object(ip, shown, simulated_device) -> None:
+def test_a_trainable_leaf_an_optimizer_updates_keeps_its_object(
+    ip, shown, simulated_device
+) -> None:
     """Linear regression by hand, ``w`` and ``b`` leaves an optimizer updates: the fix swaps
     the moved data into the same objects (``w = w.detach().to(...)`` would leave Adam training
     the old ``w`` on the cpu, silently), and the cell then trains the tensors the names hold."""

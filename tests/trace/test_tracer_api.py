@@ -39,3 +39,19 @@ def test_the_package_functions_are_the_recorder() -> None:
     report = tdm.trace("y = torch.ones(2).to('meta')\n", {"torch": torch})
     assert isinstance(report, tdm.TraceReport) and report.transfers[0].target == "meta"
     assert tdm.Tracer is Tracer
+
+
+def test_a_tensor_moved_again_each_time_round_is_told_to_move_once() -> None:
+    """A loop that copies the same variable every time (``mask.to(dev)``) is told to move it
+    once before the loop; one copying what the loop binds (a batch) keeps the dataset advice."""
+    source = "for batch in data:\n    m = mask.to('meta')\n    b = batch.to('meta')\n"
+    namespace = {"torch": torch, "data": [torch.ones(4) for _ in range(3)], "mask": torch.ones(8)}
+    report = trace(source, namespace)
+    hints = {t.line: t.hint() for t in report.transfers}
+    assert hints[2] == (
+        "line 2 copies mask from cpu to meta 3 times, 96 B: mask is the same tensor each time "
+        'round: move it once, before the loop (mask = mask.to("meta"))'
+    )
+    assert hints[3] is not None and hints[3].endswith(
+        "move the dataset once, or use pin_memory + non_blocking"
+    )

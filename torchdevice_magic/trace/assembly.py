@@ -12,7 +12,7 @@ from types import CodeType
 from typing import Any
 
 from .findings import Findings
-from .frames import loop_lines
+from .frames import loop_lines, names_bound_in_loops
 from .report import Divergence, HostRead, TraceReport, Transfer
 
 
@@ -33,6 +33,16 @@ class Places:
         self.filename = filename
         self.file_label = file_label
         self._loops: set[int] | None = None  # parsed for the first row in the cell
+        self._loop_names: set[str] | None = None
+
+    def same_each_time(self, names: tuple[str, ...], in_loop: bool) -> bool:
+        """Whether a loop line's copies are of one variable that no loop of the cell binds
+        (the very tensor copied again each time round)."""
+        if not in_loop or len(names) != 1 or not names[0].isidentifier():
+            return False
+        if self._loop_names is None:
+            self._loop_names = names_bound_in_loops(self.source) if self.source else set()
+        return names[0] not in self._loop_names
 
     def _in_loop(self, line: int | None) -> bool:
         if self._loops is None:
@@ -117,6 +127,7 @@ def _transfers(noted: dict[Any, list[Any]], places: Places) -> list[Transfer]:
     for (_, code, line, source, target), entry in noted.items():
         count, nbytes, names, module, direct = entry
         function, filename, file, text, in_loop = places.place(code, line)
+        copied = tuple(names)
         transfers.append(
             Transfer(
                 line,
@@ -125,13 +136,14 @@ def _transfers(noted: dict[Any, list[Any]], places: Places) -> list[Transfer]:
                 target,
                 count,
                 nbytes,
-                tuple(names),
+                copied,
                 module,
                 filename,
                 text,
                 in_loop,
                 direct,
                 file,
+                places.same_each_time(copied, in_loop),
             )
         )
     transfers.sort(key=lambda t: (-t.bytes, -t.count, t.line or 0))

@@ -106,3 +106,20 @@ def loop_lines(source: str) -> set[int]:
         elif isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
             lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
     return lines
+
+
+def names_bound_in_loops(source: str) -> set[str]:
+    """Names a for/while loop of ``source`` (or a comprehension) binds: its targets and what
+    its body assigns. A name copied in a loop but bound outside every loop is the same tensor
+    each time round (``mask.to(dev)`` in the loop moves one tensor again and again)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While, ast.comprehension)):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Name) and isinstance(inner.ctx, (ast.Store, ast.Del)):
+                    bound.add(inner.id)
+    return bound

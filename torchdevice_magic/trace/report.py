@@ -66,6 +66,8 @@ class Transfer:
     in_loop: bool = False  # the line sits in a for/while loop of the cell
     direct: int = 0  # copies the line made itself (x.to(d)), not through library code
     file: str = ""  # where the function lives, as shown ("" for the cell, "In[3]", "train.py")
+    #: one variable no loop of the cell binds: the same tensor copied each time round
+    same_each_time: bool = False
 
     @property
     def name(self) -> str | None:
@@ -97,6 +99,12 @@ class Transfer:
             f"{self.where} copies {what} from {self.source} to {self.target} "
             f"{self.count} times, {format_bytes(self.bytes)}"
         )
+        if self.same_each_time and self.name:
+            name = self.name
+            return (
+                f"{head}: {name} is the same tensor each time round: move it once, before the "
+                f'loop ({name} = {name}.to("{self.target}"))'
+            )
         if self.source == "cpu":
             return f"{head}: move the dataset once, or use pin_memory + non_blocking"
         if self.target == "cpu":
