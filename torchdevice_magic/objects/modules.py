@@ -4,6 +4,7 @@ modules read column-wise, TorchScript and lazy or packed parameters the careful 
 
 from __future__ import annotations
 
+import operator
 from itertools import chain, repeat
 from operator import attrgetter, is_
 from typing import Any, NamedTuple
@@ -194,19 +195,30 @@ class LooseTensor(NamedTuple):
 _dict_of = attrgetter("__dict__")
 
 
+#: torch's own module classes -> the fewest ``__dict__`` entries an instance seen without a
+#: plain tensor had: an instance with no more is not looked through (torch's own settings
+#: hold no tensor; one a user adds comes as one more entry, ``lin.mask = torch.ones(3)``)
+_TORCH_SIZE: dict[type, int] = {}
+
+
 def plain_tensor_attributes(T: TorchTypes, module: Any, submodules: list[Any]) -> list[LooseTensor]:
     """The tensors ``module`` and its ``submodules`` hold as plain instance attributes. Left
     out: what a forward pre-hook makes again from registered tensors before every call
     (``torch.nn.utils.prune``'s ``weight``, the old ``weight_norm``/``spectral_norm``): torch
     keeps those as plain attributes on purpose. Types are compared, never ``isinstance`` on a
-    value (a proxy's ``__class__`` is user code)."""
+    value (a proxy's ``__class__`` is user code). Every value of every ``__dict__`` is looked
+    at (about 50 ns each) but for instances of torch's own classes no bigger than usual."""
     tensor_type = T.Tensor
     try:
         dicts = list(map(_dict_of, submodules))
-        types = set(map(type, chain.from_iterable(map(dict.values, dicts))))
+        usual = map(_TORCH_SIZE.get, map(type, submodules), repeat(-1))
+        settled = list(map(operator.le, map(len, dicts), usual))
+        looked = [own for own, done in zip(dicts, settled, strict=True) if not done]
+        types = set(map(type, chain.from_iterable(map(dict.values, looked))))
     except Exception:
         return []  # TorchScript, __slots__: nothing read
     if not any(issubclass(tp, tensor_type) for tp in types):
+        _learn_torch_keys(submodules, dicts, settled)
         return []
     names = _qualified_names(module)
     found: list[LooseTensor] = []
@@ -217,6 +229,17 @@ def plain_tensor_attributes(T: TorchTypes, module: Any, submodules: list[Any]) -
             if issubclass(type(value), tensor_type) and key not in remade and type(key) is str:
                 found.append(LooseTensor(f"{prefix}.{key}" if prefix else key, value, sub, key))
     return found
+
+
+def _learn_torch_keys(submodules: list[Any], dicts: list[Any], settled: list[bool]) -> None:
+    """Remember the sizes of torch's own classes' instances just seen without a plain tensor."""
+    for sub, own, done in zip(submodules, dicts, settled, strict=True):
+        if done:
+            continue
+        cls = type(sub)
+        where = _type_dict(cls).get("__module__")
+        if isinstance(where, str) and where.startswith("torch."):
+            _TORCH_SIZE[cls] = min(len(own), _TORCH_SIZE.get(cls, len(own)))
 
 
 def _qualified_names(module: Any) -> dict[int, str]:
