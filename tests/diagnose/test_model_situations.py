@@ -462,6 +462,8 @@ def test_a_trainable_leaf_an_optimizer_updates_keeps_its_object(
     sources = [line.source for line in d.fix_lines]
     assert f'torch.utils.swap_tensors(w, w.detach().to("{dev}").requires_grad_())' in sources
     assert "rebuild any optimizer" not in shown[-1]
+    # Adam before its first step holds no state: nothing of it is on any device to move
+    assert "opt" not in {c.name for c in d.culprits} and "load_state_dict" not in shown[-1]
     before = ip.user_ns["w"]
     apply_cell_fixes(ip, d)
     assert_succeeds(ip, cell)

@@ -457,6 +457,9 @@ def test_training_after_moving_trainable_leaves_updates_them(simulated_device: s
     result = move(namespace, simulated_device)
     assert result.ok, result.failed
     assert not isinstance(w, nn.Parameter) and w.is_leaf
+    # the device's tensor subclass under its name is what the optimizer updates: no orphan
+    names_only = {k: v for k, v in namespace.items() if k != "params"}  # (the list reaches w)
+    assert torchdevice_magic.scan(names_only).orphaned_optimizers() == []
     x, y, b = namespace["x"], namespace["y"], namespace["b"]
     before = w.detach().cpu().clone()
     opt.zero_grad()

@@ -184,13 +184,15 @@ def _module_facts(r: Any, obj: Any) -> CandidateFacts | None:
 
 def _optimizer_facts(r: Any, obj: Any) -> CandidateFacts | None:
     by_device = {d: 0 for d in r.param_devices}
+    held = False
     for d, n in dict(r.state_bytes or r.bytes_by_device).items():
         # the 0-dim ``step`` counters torch keeps on the CPU for state on an accelerator are
         # not state in the wrong place: only the devices the row names count
         if d in r.devices:
             by_device[d] = by_device.get(d, 0) + int(n)
-    if not by_device:
-        return None
+            held = True
+    if not held:
+        return None  # no state (yet): nothing of its own on any device, never a culprit
     return CandidateFacts(
         kind=r.type,
         category="optimizer",

@@ -46,7 +46,11 @@ def _inspect(T: TorchTypes, name: str, value: Any) -> _Entry | _TensorFacts | No
             # A Parameter can't be weakly referenced (swap-based Module._apply refuses such
             # tensors) and a tensor's grad can appear in any cell: re-check both next time.
             volatile = record.requires_grad or kind == Kind.PARAMETER
-            return _Entry(id(value), [record], storages, None, None, volatile)
+            entry = _Entry(id(value), [record], storages, None, None, volatile)
+            # a device's tensor subclass an optimizer updates is reached by its name, like a
+            # plain tensor (orphaned_optimizers looks the optimizer's tensors up by id)
+            entry.tensor_ids = (id(value),)
+            return entry
         if kind == Kind.MODULE:
             return _module_entry(T, value, name)
         if kind == Kind.OPTIMIZER:
