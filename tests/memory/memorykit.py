@@ -46,6 +46,13 @@ def timeline_of(shell):
     return get_session(shell).app.timeline
 
 
+def rows_of_cell(shell, cell):
+    """Run ``cell`` (it must succeed); the timeline's rows for it."""
+    result, _, _ = run(shell, cell)
+    assert result.success, cell
+    return [r for r in timeline_of(shell).rows if r.cell == result.execution_count]
+
+
 def notebook(*cells: str) -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]

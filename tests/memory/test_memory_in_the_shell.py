@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import torch
-from memorykit import F32, run, timeline_of
+from memorykit import F32, rows_of_cell, run, timeline_of
 
 from torchdevice_magic.memory import (
     Timeline,
@@ -31,13 +31,9 @@ def test_per_cell_deltas_are_exactly_the_bytes_each_cell_created(ip):
         ("model(torch.ones(1, 10)).sum().backward()", 440),  # the gradients
     ]
     for cell, created in cells:
-        result, _, _ = run(ip, cell)
-        assert result.success, cell
-        if created is None:
-            continue
-        rows = [r for r in timeline_of(ip).rows if r.cell == result.execution_count]
-        delta = sum(r.delta for r in rows)
-        assert delta == created, (cell, rows)
+        rows = rows_of_cell(ip, cell)
+        if created is not None:
+            assert sum(r.delta for r in rows) == created, (cell, rows)
     frame = ip.run_line_magic("devices", "--timeline -o")
     assert list(frame.columns) == ["cell", "device", "bytes", "delta", "peak", "grew", "action"]
     assert (frame["action"] == "").all()  # every row a cell's: nothing was moved
@@ -312,11 +308,8 @@ def test_what_grew_tells_each_new_storage_once_and_a_second_name_as_nothing(ip):
         ("xs = [torch.ones(10)]\nxs.append(torch.ones(5))", {"xs": 60}),
     ]
     for cell, grew in cells:
-        result, _, _ = run(ip, cell)
-        assert result.success, cell
-        if grew is None:
-            continue
-        rows = [r for r in timeline_of(ip).rows if r.cell == result.execution_count]
-        told = {name: nbytes for r in rows for name, nbytes in r.changes}
-        assert told == grew, (cell, rows)
-        assert sum(told.values()) == sum(r.delta for r in rows), cell
+        rows = rows_of_cell(ip, cell)
+        if grew is not None:
+            told = {name: nbytes for r in rows for name, nbytes in r.changes}
+            assert told == grew, (cell, rows)
+            assert sum(told.values()) == sum(r.delta for r in rows), cell

@@ -92,14 +92,18 @@ def module_path(namespace: Mapping[str, Any], module: Any) -> str | None:
     return None
 
 
+def _nodes(source: str) -> list[ast.AST]:
+    """Every node of ``source`` parsed (none when it does not parse)."""
+    try:
+        return list(ast.walk(ast.parse(source)))
+    except SyntaxError:
+        return []
+
+
 def loop_lines(source: str) -> set[int]:
     """Lines of ``source`` inside a for/while loop (or a comprehension)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return set()
     lines: set[int] = set()
-    for node in ast.walk(tree):
+    for node in _nodes(source):
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             for child in node.body:
                 lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
@@ -112,12 +116,8 @@ def names_bound_in_loops(source: str) -> set[str]:
     """Names a for/while loop of ``source`` (or a comprehension) binds: its targets and what
     its body assigns. A name copied in a loop but bound outside every loop is the same tensor
     each time round (``mask.to(dev)`` in the loop moves one tensor again and again)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return set()
     bound: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _nodes(source):
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While, ast.comprehension)):
             for inner in ast.walk(node):
                 if isinstance(inner, ast.Name) and isinstance(inner.ctx, (ast.Store, ast.Del)):
