@@ -128,6 +128,14 @@ def test_storages_alive_at_the_start_count_once_even_when_the_cell_never_reads_t
     )
 
 
+def test_a_modules_plain_tensor_attribute_is_named_where_it_holds_memory() -> None:
+    """``self.pe = pe`` (not a buffer): the storage alive at the start is ``model.pe``'s."""
+    model = torch.nn.Linear(2, 2)
+    model.pe = torch.zeros(1000)
+    forecast = _dry_run("y = torch.zeros(10)\n", {"model": model})
+    assert Allocation("cpu", 1000 * F32, None, "model.pe") in forecast.biggest
+
+
 def test_a_tensor_of_the_start_that_the_cell_replaces_counts_until_it_dies() -> None:
     forecast = _dry_run("x = x * 2\n", {"x": torch.zeros(1000)})
     assert forecast.start == {"cpu": 1000 * F32}

@@ -52,6 +52,7 @@ from ..objects import (
     kind_of,
     optimizer_params,
     optimizer_state_tensors,
+    plain_tensor_attributes,
     storage_identity,
     walk,
 )
@@ -531,15 +532,18 @@ def _add_tensor(found: list[tuple[str, Any]], path: str, tensor: Any) -> None:
 
 def _module_tensors(T: TorchTypes, path: str, module: Any) -> list[tuple[str, Any]]:
     """A module's parameters and buffers by qualified name, read from the ``_modules``,
-    ``_parameters`` and ``_buffers`` dicts (never a module's own methods)."""
+    ``_parameters`` and ``_buffers`` dicts (never a module's own methods), then its plain
+    tensor attributes (``model.pos.pe``)."""
     found: list[tuple[str, Any]] = []
     stack = [(path, module)]
     seen: set[int] = set()
+    submodules: list[Any] = []
     while stack:
         prefix, current = stack.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
+        submodules.append(current)
         for attribute in ("_parameters", "_buffers"):
             own = getattr(current, attribute, None)
             if isinstance(own, dict):
@@ -551,4 +555,8 @@ def _module_tensors(T: TorchTypes, path: str, module: Any) -> list[tuple[str, An
                 for n, child in reversed(list(dict.items(children)))
                 if child is not None and kind_of(T, child) == Kind.MODULE
             ]
+    found += [
+        (f"{path}.{loose.name}", loose.tensor)
+        for loose in plain_tensor_attributes(T, module, submodules)
+    ]
     return found
