@@ -26,6 +26,27 @@ from diagnosis_checks import (
 
 
 @pytest.mark.simulated
+def test_a_left_behind_attribute_of_a_trainers_model_is_named_through_the_trainer(
+    ip, shown, simulated_device
+) -> None:
+    """The model lives in ``trainer.model``: the attribute is named by that path, and its
+    one-line fix works there (it read ``self.temperature``, with only the class fix)."""
+    dev = simulated_device
+    setup(
+        ip,
+        HEAD + "class Trainer:\n    def __init__(self, model):\n        self.model = model\n"
+        "trainer = Trainer(nn.Sequential(nn.Linear(3, 4), nn.ReLU(), Head()).to(DEV))\n"
+        "x = torch.randn(2, 3, device=DEV)",
+        dev,
+    )
+    d = failing(ip, "y = trainer.model(x)")
+    assert "trainer.model[2].temperature (Tensor, 16 B, a plain tensor attribute" in shown[-1]
+    assert d.fix_lines[0].source.startswith('trainer.model[2].register_buffer("temperature"')
+    apply_cell_fixes(ip, d)
+    assert_succeeds(ip, "y = trainer.model(x)")
+
+
+@pytest.mark.simulated
 def test_plain_tensor_attribute_of_a_submodule_is_named_and_fixed(
     ip, shown, simulated_device
 ) -> None:

@@ -18,6 +18,7 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .. import objects
 from .candidates import (
     Candidate,
     CandidateFacts,
@@ -420,10 +421,15 @@ def _find_aliases(
         if id(value) in owners and id(value) not in owner_names:
             owner_names[id(value)] = name
             owner_roots[id(value)] = (name, value)
-        if (wanted or owners) and is_type(value, torch.nn.Module):
+        if not (wanted or owners):
+            continue
+        for root_name, root in _modules_at(name, value, torch):
+            if id(root) in owners and id(root) not in owner_names:
+                owner_names[id(root)] = root_name
+                owner_roots[id(root)] = (root_name, root)
             try:
                 # names only (identity lookups), as torch itself enumerates submodules
-                for n, (sub_name, sub) in enumerate(torch.nn.Module.named_modules(value)):
+                for n, (sub_name, sub) in enumerate(torch.nn.Module.named_modules(root)):
                     if n > 100_000:
                         break
                     if not sub_name:
@@ -431,12 +437,12 @@ def _find_aliases(
                     hit = wanted.get(id(sub))
                     in_owners = id(sub) in owners and id(sub) not in owner_names
                     if (hit is not None and hit.alias is None) or in_owners:
-                        expr = submodule_expression(name, value, sub_name, torch)
+                        expr = submodule_expression(root_name, root, sub_name, torch)
                         if hit is not None and hit.alias is None:
                             hit.alias = expr
                         if in_owners:
                             owner_names[id(sub)] = expr
-                            owner_roots[id(sub)] = (name, value)
+                            owner_roots[id(sub)] = (root_name, root)
             except Exception:
                 continue
     for c in cands:
@@ -449,6 +455,21 @@ def _find_aliases(
             if root is not None and c.cls is not None and c.attr:
                 c.root_name = root[0]
                 c.siblings = _left_behind_count(root[1], c.cls, c.attr, torch)
+
+
+def _modules_at(name: str, value: Any, torch: Any) -> list[tuple[str, Any]]:
+    """The modules a name reaches: itself, or those an object holds in its own attributes
+    (``trainer.model``: a trainer's model is named through it). Instance dicts only."""
+    if is_type(value, torch.nn.Module):
+        return [(name, value)]
+    own = objects.instance_dict(value)
+    if not own:
+        return []
+    return [
+        (f"{name}.{attr}", held)
+        for attr, held in list(own.items())[:64]
+        if isinstance(attr, str) and attr.isidentifier() and is_type(held, torch.nn.Module)
+    ]
 
 
 def _left_behind_count(root: Any, cls: Any, attr: str, torch: Any) -> int:
