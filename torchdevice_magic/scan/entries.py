@@ -398,16 +398,6 @@ def _left_behind_note(
     return f"{shown}{more} {what}, which .to() does not move: {LEFT_BEHIND_FIX}"
 
 
-def loose_unchanged(entry: _Entry) -> bool:
-    """Whether a module's plain tensor attributes are the tensors its entry was made from."""
-    for owner_ref, key, tensor_id in entry.loose:
-        owner = owner_ref()
-        own = objects.instance_dict(owner) if owner is not None else None
-        if own is None or id(own.get(key)) != tensor_id:
-            return False
-    return True
-
-
 def _place_offloaded(
     T: TorchTypes, dispatch: objects.Dispatch, params: Storages, buffers: Storages
 ) -> str:

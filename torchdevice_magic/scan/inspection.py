@@ -23,7 +23,6 @@ from .entries import (
     _optimizer_entry,
     _optimizer_signature,
     _unreadable,
-    loose_unchanged,
 )
 from .facts import _plain_tensor_facts, _tensor_record, _TensorFacts
 
@@ -97,3 +96,13 @@ def _still_same(T: TorchTypes, entry: _Entry | _TensorFacts, value: Any) -> bool
     except Exception:
         return False
     return False  # tensors with requires_grad / Parameters / composites holding modules
+
+
+def loose_unchanged(entry: _Entry) -> bool:
+    """Whether a module's plain tensor attributes are the tensors its entry was made from."""
+    for owner_ref, key, tensor_id in entry.loose:
+        owner = owner_ref()
+        own = objects.instance_dict(owner) if owner is not None else None
+        if own is None or id(own.get(key)) != tensor_id:
+            return False
+    return True
