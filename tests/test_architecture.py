@@ -245,3 +245,22 @@ def test_the_level_count_sees_a_circle() -> None:
     with pytest.raises(AssertionError, match="import circle"):
         _levels({"a": {"b"}, "b": {"c"}, "c": {"a"}})
     assert _levels({"a": {"b"}, "b": set()}) == {"a": 2, "b": 1}
+
+
+#: the longest a source file may be (DESIGN.md): a longer one is two things in one file
+MAX_LINES = 600
+
+
+def test_no_source_file_is_longer_than_600_lines() -> None:
+    sources = [
+        *PACKAGE.rglob("*.py"),
+        *(ROOT / "tests").rglob("*.py"),
+        *(ROOT / "benchmarks").rglob("*.py"),
+        *SIDEBAR.rglob("*.ts"),
+    ]
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in sources
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not long, f"split these (DESIGN.md: every file <= {MAX_LINES} lines): {long}"
