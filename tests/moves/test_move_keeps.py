@@ -470,3 +470,26 @@ def test_training_after_moving_trainable_leaves_updates_them(simulated_device: s
     assert back.ok, back.failed
     assert namespace["w"] is w and w.device.type == "cpu" and type(w) is torch.Tensor
     assert {s["exp_avg"].device.type for s in opt.state.values()} == {"cpu"}
+
+
+class _HandWritten:
+    """Linear regression as a class: its leaves and its optimizer in attributes."""
+
+    def __init__(self) -> None:
+        self.w = torch.randn(3, 1, requires_grad=True)
+        self.b = torch.zeros(1, requires_grad=True)
+        self.opt = torch.optim.Adam([self.w, self.b], lr=0.1)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_leaves_an_optimizer_in_an_object_updates_move_in_place_too(target: str) -> None:
+    model = _HandWritten()
+    (model.w.sum() + model.b.sum()).backward()
+    model.opt.step()
+    w = model.w
+    result = move({"model": model}, target)
+    assert result.ok, result.failed
+    assert model.w is w and model.opt.param_groups[0]["params"][0] is w
+    kind = torch.device(target).type
+    assert w.device.type == kind and type(w) is torch.Tensor and w.is_leaf
+    assert {s["exp_avg"].device.type for s in model.opt.state.values()} == {kind}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, MutableMapping
 from itertools import compress, repeat
+from operator import is_not, itemgetter
 from typing import Any, NamedTuple, Protocol
 
 from .. import objects
@@ -407,11 +408,19 @@ class Plan:
         return id(t) in self.optimized_ids() and bool(t.is_leaf) and bool(t.requires_grad)
 
     def optimized_ids(self) -> set[int]:
-        """Ids of the tensors the optimizers bound to names update (found once per plan)."""
+        """Ids of the tensors the optimizers bound to names, or kept in an object's attributes
+        or a container (``trainer.opt``), update (found once per plan)."""
         if self._optimized is None:
-            values = list(self.ns.values())
-            # (C-level passes: a namespace of 100,000 tensors holds a handful of optimizers)
-            optimizers = compress(values, map(isinstance, values, repeat(self.types[2])))
+            tensor_type, _module_type, optim_type = self.types
+            # (a C-level pass drops the plain tensors: 100,000 of them hold no optimizer)
+            everything = list(self.ns.items())
+            values = map(itemgetter(1), everything)
+            items = list(compress(everything, map(is_not, map(type, values), repeat(tensor_type))))
+            optimizers = [v for _n, v in items if isinstance(v, optim_type)]
+            for name, value in items:
+                if isinstance(name, str) and objects.kind_of(self.T, value) in objects.COMPOSITES:
+                    found_here, _walked = self.reach(name, value)
+                    optimizers += [r.value for r in found_here if r.kind == objects.Kind.OPTIMIZER]
             found: set[int] = set()
             for optimizer in optimizers:
                 for group in optimizer.param_groups:

@@ -92,6 +92,15 @@ def _nested(plan: Plan, name: str, found: _Found, dest: Any, devices: set[Any]) 
     return nested
 
 
+def _in_place(plan: Plan, r: Reached) -> bool:
+    """A Parameter, or a plain trainable leaf an optimizer updates: moved in place."""
+    return (
+        r.kind == Kind.PARAMETER
+        or is_parameter(plan.torch, r.value)
+        or plan.trained_in_place(r.value)
+    )
+
+
 def _stored_bytes(found: list[Reached]) -> int:
     """Bytes of the tensors found, each storage once."""
     seen: set[Any] = set()
@@ -137,6 +146,8 @@ def add_container(plan: Plan, name: str, obj: Any, dest: Any, layout: Any) -> No
             continue
         planned.append((r, want))
         leaves.append((r.path, t, dev))
+        if _in_place(plan, r):  # recorded now: an optimizer inside follows it (below)
+            move_param_in_place(plan, r.label, t, want)
     # undo finds nested modules and optimizers on its own
     nested = _nested(plan, name, sorted_, dest, devices) if dest is not None else []
     wants = {w for _r, w in planned}
@@ -154,11 +165,7 @@ def add_container(plan: Plan, name: str, obj: Any, dest: Any, layout: Any) -> No
             plan.skipped.append((name, f"already on {where}"))
         return
     for r, want in planned:
-        if (
-            r.kind == Kind.PARAMETER
-            or is_parameter(plan.torch, r.value)
-            or plan.trained_in_place(r.value)
-        ):
+        if _in_place(plan, r):
             move_param_in_place(plan, r.label, r.value, want)
         else:
             plan.add_plain(r.value, name, want)
