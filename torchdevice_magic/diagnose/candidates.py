@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import objects
 from ..devices import same_device
 from ..scan import scan
 from ..units import device_sort_key
@@ -379,12 +380,9 @@ def mark_optimized(candidates: list[Candidate], namespace: Any, torch: Any) -> N
     leaves = [c for c in candidates if c.info.trainable_leaf]
     if not leaves:
         return
-    optimized: set[int] = set()
     try:
-        for value in list(namespace.values()):
-            if isinstance(value, torch.optim.Optimizer):
-                for group in value.param_groups:
-                    optimized.update(map(id, group.get("params", ())))
+        optimizers = [v for v in list(namespace.values()) if isinstance(v, torch.optim.Optimizer)]
+        optimized = {id(p) for opt in optimizers for p in objects.optimizer_params(opt)}
     except Exception:
         return  # a namespace that cannot be read: the plain fix and its note
     for c in leaves:

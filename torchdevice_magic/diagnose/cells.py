@@ -261,13 +261,11 @@ class Cell:
             chain = chain_of(node)
             if chain is None:
                 continue
-            method = parents.get(id(node))
-            if isinstance(node, ast.Attribute) and _moves_to_device(
-                node, parents.get(id(node)), namespace
-            ):
+            parent = parents.get(id(node))
+            if isinstance(node, ast.Attribute) and _moves_to_device(node, parent, namespace):
                 continue  # the ``x.to`` of ``x.to(dev)``: the method, not a read
-            if isinstance(method, ast.Attribute) and _moves_to_device(
-                method, parents.get(id(method)), namespace
+            if isinstance(parent, ast.Attribute) and _moves_to_device(
+                parent, parents.get(id(parent)), namespace
             ):
                 moved.add(chain)
             else:

@@ -418,9 +418,6 @@ def _find_aliases(
         hit = wanted.get(id(value))
         if hit is not None and hit.alias is None:
             hit.alias = name
-        if id(value) in owners and id(value) not in owner_names:
-            owner_names[id(value)] = name
-            owner_roots[id(value)] = (name, value)
         if not (wanted or owners):
             continue
         for root_name, root in _modules_at(name, value, torch):

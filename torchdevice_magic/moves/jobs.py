@@ -421,11 +421,7 @@ class Plan:
                 if isinstance(name, str) and objects.kind_of(self.T, value) in objects.COMPOSITES:
                     found_here, _walked = self.reach(name, value)
                     optimizers += [r.value for r in found_here if r.kind == objects.Kind.OPTIMIZER]
-            found: set[int] = set()
-            for optimizer in optimizers:
-                for group in optimizer.param_groups:
-                    found.update(map(id, group.get("params", ())))
-            self._optimized = found
+            self._optimized = {id(p) for opt in optimizers for p in objects.optimizer_params(opt)}
         return self._optimized
 
     def device_label(self, dev: Any) -> str:

@@ -127,6 +127,7 @@ def add_container(plan: Plan, name: str, obj: Any, dest: Any, layout: Any) -> No
     devices: set[Any] = set()
     leaves: list[tuple[tuple[Any, ...], Any, Any]] = []
     planned: list[tuple[Reached, Any]] = []
+    copied: list[tuple[Reached, Any]] = []  # the planned ones copied (not moved in place)
     skipped_before = len(plan.skipped)
     loaders: dict[str, None] = {}  # the DataLoaders whose data this move leaves, in order
     for r in sorted_.tensors:
@@ -148,6 +149,8 @@ def add_container(plan: Plan, name: str, obj: Any, dest: Any, layout: Any) -> No
         leaves.append((r.path, t, dev))
         if _in_place(plan, r):  # recorded now: an optimizer inside follows it (below)
             move_param_in_place(plan, r.label, t, want)
+        else:
+            copied.append((r, want))
     # undo finds nested modules and optimizers on its own
     nested = _nested(plan, name, sorted_, dest, devices) if dest is not None else []
     wants = {w for _r, w in planned}
@@ -164,12 +167,9 @@ def add_container(plan: Plan, name: str, obj: Any, dest: Any, layout: Any) -> No
             where = plan.device_label(dest) if dest is not None else "its original devices"
             plan.skipped.append((name, f"already on {where}"))
         return
-    for r, want in planned:
-        if _in_place(plan, r):
-            move_param_in_place(plan, r.label, r.value, want)
-        else:
-            plan.add_plain(r.value, name, want)
-            plan.put_back_chain(r.chain, r.value)
+    for r, want in copied:
+        plan.add_plain(r.value, name, want)
+        plan.put_back_chain(r.chain, r.value)
     for r in sorted_.aliases:  # (put back only if it was rebuilt: see transaction.resolve)
         plan.put_back_chain(r.chain, r.value)
     nbytes = _stored_bytes(found) + sum(item.nbytes for item in nested)

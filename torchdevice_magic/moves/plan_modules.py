@@ -248,8 +248,7 @@ def _left_behind(plan: Plan, name: str, m: Any, dest: Any) -> list[str]:
     return [
         f"{name}.{found.name} on {plan.device_label(found.tensor.device)}"
         for found in loose
-        if found.tensor.device != dest
-        and not (found.tensor.device.type == "cpu" and found.tensor.dim() == 0)
+        if found.tensor.device != dest and not objects.mixes_with_any_device(found.tensor)
     ]
 
 

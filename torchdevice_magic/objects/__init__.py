@@ -98,7 +98,13 @@ from .kinds import (
     kind_of,
     kind_of_type,
 )
-from .modules import LooseTensor, ModuleParts, module_parts, plain_tensor_attributes
+from .modules import (
+    LooseTensor,
+    ModuleParts,
+    mixes_with_any_device,
+    module_parts,
+    plain_tensor_attributes,
+)
 from .offload import Dispatch, accelerate_dispatch, sharded_reason
 from .optimizers import optimizer_params, optimizer_state_tensors
 from .putback import is_mutable, rebuilt, set_child
@@ -185,6 +191,7 @@ __all__ = [
     "is_uninitialized",
     "LooseTensor",
     "ModuleParts",
+    "mixes_with_any_device",
     "module_parts",
     "plain_tensor_attributes",
     "Dispatch",

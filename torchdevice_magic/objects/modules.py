@@ -195,6 +195,12 @@ class LooseTensor(NamedTuple):
 _dict_of = attrgetter("__dict__")
 
 
+def mixes_with_any_device(tensor: Any) -> bool:
+    """A 0-dim cpu tensor: torch's ops take it beside tensors of any device (AveragedModel's
+    ``n_averaged``, a step counter), so where it sits is never a device mix."""
+    return bool(tensor.device.type == "cpu" and tensor.dim() == 0)
+
+
 #: torch's own module classes -> the fewest ``__dict__`` entries an instance seen without a
 #: plain tensor had: an instance with no more is not looked through (torch's own settings
 #: hold no tensor; one a user adds comes as one more entry, ``lin.mask = torch.ones(3)``)

@@ -197,7 +197,7 @@ def _scalar_cpu_buffers_apart(
     """Whether a module is on one device but for 0-dim buffers on the cpu."""
     mixing = set(param_devices)
     for buffer, device in zip(buffers, buffer_devices, strict=True):
-        if device != "cpu" or buffer.dim():
+        if not objects.mixes_with_any_device(buffer):
             mixing.add(device)
     return len(mixing) <= 1
 
@@ -258,6 +258,7 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
     may_be_dispatched = _may_be_dispatched(submodules)
     loose = objects.plain_tensor_attributes(T, module, submodules)
     loose_tensors = [found.tensor for found in loose]
+    loose_devices = _device_names_of(T, loose_tensors)
     # per-record bytes count each storage once (tied weights, parameters sharing a storage)
     pending = None
     dispatch = None
@@ -281,7 +282,7 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
         _read_storages(T, params, param_devices, param_storages)
         _read_storages(T, buffers, buffer_devices, buffer_storages)
         plain_storages: Storages = {}
-        _read_storages(T, loose_tensors, _device_names_of(T, loose_tensors), plain_storages)
+        _read_storages(T, loose_tensors, loose_devices, plain_storages)
         for (_, tensor), key in zip(parts.extra, parts.extra_keys, strict=True):
             device = T.device_name(tensor.device)
             param_devices.append(device)
@@ -309,7 +310,6 @@ def _module_entry(T: TorchTypes, module: Any, name: str, root: str | None = None
         grad_bytes = bytes_by_device(grad_storages)
         storages.update(grad_storages)
     param_count = sum(map(T.Tensor.numel, params)) + sum(t.numel() for _, t in parts.extra)
-    loose_devices = _device_names_of(T, loose_tensors)
     device_set = set(param_devices) | set(buffer_devices) | set(loose_devices)
     notes: list[str] = []
     movable, movable_reason = True, ""
@@ -388,7 +388,7 @@ def _left_behind_note(
     away = [
         (f"{name}.{found.name}", device)
         for found, device in zip(loose, devices, strict=True)
-        if device not in home and not (device == "cpu" and found.tensor.dim() == 0)
+        if device not in home and not objects.mixes_with_any_device(found.tensor)
     ]
     if not away:
         return ""
